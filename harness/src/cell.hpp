@@ -1,0 +1,75 @@
+// One cell of a sweep: protocol x wait x straddle x executors x placement x rep. The
+// sweep (sweep.cpp) builds CellSpecs; the runner (cell.cpp) runs each in a forked child
+// with a watchdog and returns a CellResult even when the child crashes or hangs.
+// Thread safety: run_cell is called from one thread; not async-signal-safe.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "topology.hpp"
+
+namespace crossmod::harness {
+
+enum class Protocol {
+  wordpatch,   // engine WordPatcher, WaitPolicy::Ticks(wait_ticks)
+  naive,       // engine naive_split_write: front then back, no int3 (positive control)
+  callpatch,   // engine CallSite activate/deactivate (must never fail)
+  aligned,     // site inside one line at site_offset, one plain store (negative control)
+  sync_core,   // engine WordPatcher, WaitPolicy::SyncCore()
+  // Test-only, hidden from --help: exercise the watchdog and crash classification.
+  selftest_hang,
+  selftest_crash,
+};
+const char* to_string(Protocol p);
+Protocol parse_protocol(const std::string& name);  // throws std::invalid_argument
+
+struct CellSpec {
+  Protocol protocol = Protocol::wordpatch;
+  std::uint64_t wait_ticks = 0;
+  unsigned straddle = 1;        // S in 0..4 bytes before the line boundary
+  unsigned site_offset = 0;     // for aligned (S = 0): offset of the site in its line
+  unsigned executors = 1;
+  Placement placement = Placement::spread;
+  unsigned rep = 0;
+  std::uint64_t toggles = 100000;
+  std::uint64_t dwell_ticks = 0;        // 0 = auto
+  double watchdog_s = 30;               // per cell, wall clock
+  std::uint64_t max_failures = 100;     // stop early after this many failing toggles
+  std::string phase = "grid";           // grid | search | confirm | control
+};
+
+struct CellResult {
+  CellSpec spec;
+  std::string outcome = "ok";   // ok | crash | hang | error | blind
+  std::string note;             // reason for crash/hang/error/blind, first fault detail
+  std::uint64_t dwell_ticks = 0;        // the dwell actually used
+  std::uint64_t toggles = 0;            // toggles performed
+  std::uint64_t exposed_toggles = 0;    // toggles after which some executor ran the site
+  std::uint64_t executions = 0;         // executor calls of the site entry
+  std::uint64_t state_a = 0;            // executions that ran the call (eax == 1)
+  std::uint64_t state_b = 0;            // executions that ran the NOP / deactivated form
+  std::uint64_t traps = 0;              // engine locked-site traps (waited, re-executed)
+  std::uint64_t late_traps = 0;         // engine late traps (site already unlocked)
+  std::uint64_t sigill = 0, sigsegv = 0, sigbus = 0, stray_trap = 0;  // faults by class
+  std::uint64_t failures = 0;           // toggles during which >= 1 fault happened
+  bool stopped_early = false;           // max_failures reached
+  bool low_exposure = false;            // exposed/toggles below the trust threshold
+  double duration_s = 0;
+  int patcher_pu = -1;
+  std::vector<int> executor_pus;
+  std::uint64_t first_fault_pc_offset = 0;  // fault pc - site address
+  std::string first_fault_bytes;            // site bytes at the first fault, hex
+  unsigned site_line_offset = 0;            // site address mod line size
+};
+
+struct RunContext {
+  const Topology* topology = nullptr;
+  bool verbose = false;
+};
+
+// Runs one cell in a forked child. Never throws for a failing cell: crashes, hangs and
+// setup refusals (blind cell) are outcomes.
+CellResult run_cell(const CellSpec& spec, const RunContext& ctx);
+
+}  // namespace crossmod::harness
