@@ -18,8 +18,10 @@ enum class Protocol {
   aligned,     // site inside one line at site_offset, one plain store (negative control)
   sync_core,   // engine WordPatcher, WaitPolicy::SyncCore()
   // Test-only, hidden from --help: exercise the watchdog and crash classification.
-  selftest_hang,
-  selftest_crash,
+  selftest_hang,    // the child never finishes: must be recorded as `hang`
+  selftest_crash,   // the child aborts: must be recorded as `crash`
+  selftest_torn,    // the patcher deliberately writes a torn mix (A front + B back) and
+                    // restores it every toggle: faults are certain and must be counted
 };
 const char* to_string(Protocol p);
 Protocol parse_protocol(const std::string& name);  // throws std::invalid_argument
