@@ -1,0 +1,631 @@
+"""Plot functions: each takes loaded data, writes one figure as PNG (+ SVG) and returns the
+paths written, or raises Skip with the reason it cannot be drawn from the inputs present.
+
+Uses matplotlib's Agg backend only; figures are closed after saving. Output is
+deterministic for the same inputs (fixed SVG hash salt, no dates in metadata).
+Not thread-safe (pyplot keeps global state).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+from matplotlib.colors import LogNorm  # noqa: E402
+from matplotlib.lines import Line2D  # noqa: E402
+from matplotlib.patches import Patch, Rectangle  # noqa: E402
+
+from . import stats  # noqa: E402
+from .loaders import Bench, Sweep, TmaxConfig  # noqa: E402
+
+matplotlib.rcParams["svg.hashsalt"] = "crossmod"
+matplotlib.rcParams["font.size"] = 9
+
+PROTOCOL_COLORS = {"wordpatch": "#1f77b4", "naive": "#d62728", "callpatch": "#2ca02c",
+                   "aligned": "#9467bd", "sync-core": "#ff7f0e"}
+STRADDLE_COLORS = {0: "#7f7f7f", 1: "#1f77b4", 2: "#ff7f0e", 3: "#2ca02c", 4: "#d62728"}
+BOUND_MARKER = "v"
+
+
+class Skip(Exception):
+    """This plot cannot be drawn from the inputs present; the message says why."""
+
+
+@dataclass
+class Machine:
+    slug: str
+    brand: str = ""
+    tsc_hz: Optional[float] = None
+
+    def subtitle(self, *sources: Optional[Path]) -> str:
+        who = self.slug + (f" — {self.brand}" if self.brand else "")
+        files = ", ".join(p.name for p in sources if p is not None)
+        return who + (f"\nfrom {files}" if files else "")
+
+    def ticks_to_ns(self, ticks: float) -> Optional[float]:
+        return ticks * 1e9 / self.tsc_hz if self.tsc_hz else None
+
+
+def _figure(title: str, subtitle: str, nrows: int = 1, ncols: int = 1,
+            figsize: tuple[float, float] = (9.0, 5.8), **kw):
+    fig, axes = plt.subplots(nrows, ncols, figsize=figsize, squeeze=False, **kw)
+    fig.suptitle(title, fontsize=12, fontweight="bold", y=0.995)
+    fig.text(0.5, 0.935 if figsize[1] < 7 else 0.955, subtitle, ha="center", va="top",
+             fontsize=8, color="#444444")
+    return fig, axes
+
+
+def _save(fig, out_dir: Path, name: str, svg: bool, top: float = 0.86) -> list[Path]:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    fig.tight_layout(rect=(0, 0, 1, top))
+    png = out_dir / f"{name}.png"
+    fig.savefig(png, dpi=110, metadata={"Software": None})
+    written = [png]
+    if svg:
+        path = out_dir / f"{name}.svg"
+        fig.savefig(path, metadata={"Date": None})
+        written.append(path)
+    plt.close(fig)
+    return written
+
+
+def _fmt_p(p: float) -> str:
+    return f"{p:.1e}" if p < 0.01 else f"{p:.3f}"
+
+
+def _ns_axis(ax, machine: Machine) -> None:
+    """Second x axis in nanoseconds above a wait axis in TSC ticks."""
+    if not machine.tsc_hz:
+        return
+    k = 1e9 / machine.tsc_hz
+    sec = ax.secondary_xaxis("top", functions=(lambda t: t * k, lambda n: n / k))
+    sec.set_xlabel(f"wait W (ns, at TSC {machine.tsc_hz / 1e9:.3g} GHz)")
+
+
+def _rate_series(ax, groups: list[dict], x_key: str, color, label: str, floor: float,
+                 band: bool = True, x_offset: float = 0.0, linestyle: str = "-") -> None:
+    """Draw failure rate vs x: filled circles with Clopper-Pearson 95% intervals where
+    failures occurred, downward triangles at the one-sided 95% upper bound where none did."""
+    xs = np.array([g[x_key] for g in groups], dtype=float) + x_offset
+    rates = np.array([g["rate"] for g in groups])
+    lo = np.array([max(g["ci_low"], floor) for g in groups])
+    hi = np.array([g["ci_high"] for g in groups])
+    zero = np.array([g["zero"] for g in groups])
+    bounds = np.array([g["upper_bound_one_sided"] for g in groups])
+    nz = ~zero
+    # A faint line through every point (rate, or bound where zero) shows the trend;
+    # markers say which kind each point is.
+    y_all = np.where(zero, bounds, rates)
+    ax.plot(xs, y_all, color=color, linewidth=0.8, alpha=0.35, linestyle=":")
+    if nz.any():
+        ax.plot(xs[nz], rates[nz], color=color, marker="o", markersize=4.5, linewidth=1.4,
+                linestyle=linestyle, label=label)
+        ax.errorbar(xs[nz], rates[nz], yerr=[rates[nz] - lo[nz], hi[nz] - rates[nz]],
+                    fmt="none", ecolor=color, elinewidth=0.9, capsize=2.5, alpha=0.8)
+        if band and nz.sum() > 1:
+            ax.fill_between(xs, lo, hi, where=nz, color=color, alpha=0.12, linewidth=0,
+                            interpolate=False)
+    else:
+        ax.plot([], [], color=color, marker="o", linestyle=linestyle, label=label)
+    if zero.any():
+        ax.plot(xs[zero], bounds[zero], linestyle="none", marker=BOUND_MARKER, markersize=6,
+                markerfacecolor="white", markeredgecolor=color, markeredgewidth=1.3)
+
+
+def _legend_kinds() -> list:
+    return [
+        Line2D([], [], color="#555555", marker="o", markersize=4.5, linestyle="-",
+               label="failures / exposed toggles, 95% Clopper-Pearson interval"),
+        Line2D([], [], color="#555555", marker=BOUND_MARKER, markersize=6, markerfacecolor="white",
+               linestyle="none", label="0 failures: one-sided 95% upper bound (not a rate)"),
+    ]
+
+
+def _floor(groups: list[dict]) -> float:
+    vals = [g["upper_bound_one_sided"] if g["zero"] else g["rate"] for g in groups]
+    vals += [g["ci_low"] for g in groups if g["ci_low"] > 0]
+    vals = [v for v in vals if v > 0]
+    return max(min(vals) / 4.0, 1e-12) if vals else 1e-6
+
+
+def _tmax_lines(ax, tmax: Optional[TmaxConfig], sweep_tmax: Optional[dict],
+                to_x=lambda t: t, color="black", prefix: str = "") -> list:
+    handles = []
+    cfg_obs = tmax.observed_ticks if tmax else None
+    if tmax and tmax.observed_ticks is not None:
+        ax.axvline(to_x(tmax.observed_ticks), color=color, linestyle="--", linewidth=1.2)
+        handles.append(Line2D([], [], color=color, linestyle="--",
+                              label=f"{prefix}Tmax observed = {tmax.observed_ticks:g} ticks"
+                              + (f" ({tmax.observed_ns:g} ns)" if tmax.observed_ns else "")))
+    if tmax and tmax.recommended_ticks is not None:
+        ax.axvline(to_x(tmax.recommended_ticks), color=color, linestyle="-.", linewidth=1.2)
+        handles.append(Line2D([], [], color=color, linestyle="-.",
+                              label=f"{prefix}Tmax recommended = {tmax.recommended_ticks:g} ticks"
+                              + (f" ({tmax.recommended_ns:g} ns)" if tmax.recommended_ns else "")))
+    if sweep_tmax and sweep_tmax.get("observed_ticks") is not None \
+            and sweep_tmax["observed_ticks"] != cfg_obs:
+        t = sweep_tmax["observed_ticks"]
+        ax.axvline(to_x(t), color="#888888", linestyle=":", linewidth=1.4)
+        handles.append(Line2D([], [], color="#888888", linestyle=":",
+                              label=f"{prefix}Tmax observed in this sweep = {t:g} ticks"))
+    return handles
+
+
+# ---------------------------------------------------------------------------- sweep plots
+
+def failure_rate(sweep: Sweep, machine: Machine, tmax: Optional[TmaxConfig], out_dir: Path,
+                 svg: bool = True) -> list[Path]:
+    cells = [r for r in sweep.valid if r["protocol"] == "wordpatch"]
+    if not cells:
+        raise Skip(f"{sweep.path.name} has no valid wordpatch cells")
+    groups = stats.aggregate(cells, ("straddle", "wait_ticks"))
+    floor = _floor(groups)
+    sweep_tmax = stats.tmax_from_cells(sweep.valid)
+    fig, axes = _figure("wordpatch: failure probability per exposed toggle vs wait W",
+                        machine.subtitle(sweep.path) + f"; cells of equal (W, S) pooled over executors, "
+                        f"placements, reps and phases; {len(sweep.excluded)} blind/error cells excluded",
+                        figsize=(10.0, 6.4))
+    ax = axes[0, 0]
+    for s in sorted({g["straddle"] for g in groups}):
+        sub = [g for g in groups if g["straddle"] == s]
+        fails = sum(g["failures"] for g in sub)
+        exposed = sum(g["exposed"] for g in sub)
+        _rate_series(ax, sub, "wait_ticks", STRADDLE_COLORS.get(s, None), floor=floor,
+                     label=f"S = {s} ({s} byte{'s' if s != 1 else ''} before the line): "
+                           f"{fails:,} failures in {exposed:,} exposed")
+    handles = _tmax_lines(ax, tmax, sweep_tmax)
+    ax.set_yscale("log")
+    ax.set_ylim(bottom=floor, top=1.5)
+    ax.set_xlabel("wait W between patch steps (TSC ticks)")
+    ax.set_ylabel("failure probability per exposed toggle (log)")
+    ax.grid(True, which="major", alpha=0.3)
+    _ns_axis(ax, machine)
+    line_handles, _ = ax.get_legend_handles_labels()
+    ax.legend(handles=line_handles + _legend_kinds() + handles, fontsize=7.5, loc="lower left",
+              framealpha=0.9)
+    return _save(fig, out_dir, "failure_rate", svg, top=0.90)
+
+
+def _y_key(cells: list[dict]) -> tuple[str, str]:
+    if len({r["straddle"] for r in cells}) == 1 and len({r["site_offset"] for r in cells}) > 1:
+        return "site_offset", "site offset in the cache line (bytes)"
+    return "straddle", "straddle S (bytes before the line boundary)"
+
+
+def global_rate_floor(sweep: Sweep) -> float:
+    groups = stats.aggregate(sweep.valid, ("protocol", "straddle", "site_offset", "wait_ticks",
+                                           "executors", "placement"))
+    return _floor(groups)
+
+
+def heatmap(sweep: Sweep, machine: Machine, protocol: str, out_dir: Path, svg: bool = True,
+            floor: Optional[float] = None) -> list[Path]:
+    cells = [r for r in sweep.valid if r["protocol"] == protocol]
+    if not cells:
+        raise Skip(f"{sweep.path.name} has no valid {protocol} cells")
+    excluded = [r for r in sweep.excluded if r["protocol"] == protocol]
+    ykey, ylabel = _y_key(cells)
+    facets = sorted({(r["executors"], r["placement"]) for r in cells})
+    waits = sorted({r["wait_ticks"] for r in cells})
+    ys = sorted({r[ykey] for r in cells})
+    groups_all = stats.aggregate(cells, ("executors", "placement", ykey, "wait_ticks"))
+    floor = floor if floor is not None else _floor(groups_all)
+    vmax = max([g["rate"] for g in groups_all if not g["zero"]] + [0.1])
+    norm = LogNorm(vmin=floor, vmax=max(vmax, floor * 10))
+    cmap = plt.get_cmap("viridis").copy()
+    cmap.set_bad("#e6e6e6")
+
+    ncols = min(3, len(facets))
+    nrows = math.ceil(len(facets) / ncols)
+    width = max(6.0, min(18.0, 1.2 + ncols * (1.0 + 0.55 * len(waits))))
+    fig, axes = _figure(f"{protocol}: failure rate per exposed toggle, wait W × "
+                        f"{'site offset' if ykey == 'site_offset' else 'straddle S'}",
+                        machine.subtitle(sweep.path) + f"; {len(excluded)} blind/error cells excluded",
+                        nrows, ncols, figsize=(width, 1.6 + nrows * (0.9 + 0.45 * len(ys))),
+                        sharey=True)
+    annotate = len(waits) * len(ys) <= 90
+    image = None
+    for i, (executors, placement) in enumerate(facets):
+        ax = axes[i // ncols, i % ncols]
+        grid = np.full((len(ys), len(waits)), np.nan)
+        sub = [g for g in groups_all if g["executors"] == executors and g["placement"] == placement]
+        for g in sub:
+            yi, xi = ys.index(g[ykey]), waits.index(g["wait_ticks"])
+            if not g["zero"]:
+                grid[yi, xi] = g["rate"]
+        image = ax.imshow(np.ma.masked_invalid(grid), norm=norm, cmap=cmap, aspect="auto",
+                          origin="lower", interpolation="nearest")
+        for g in sub:
+            yi, xi = ys.index(g[ykey]), waits.index(g["wait_ticks"])
+            if g["zero"]:
+                ax.add_patch(Rectangle((xi - 0.5, yi - 0.5), 1, 1, facecolor="white",
+                                       edgecolor="#9a9a9a", hatch="////", linewidth=0.0))
+                if annotate:
+                    ax.text(xi, yi, f"0 in\n{g['exposed']:,}\n<{_fmt_p(g['upper_bound_one_sided'])}",
+                            ha="center", va="center", fontsize=5.5, color="#222222",
+                            bbox=dict(facecolor="white", edgecolor="none", pad=0.5, alpha=0.8))
+            elif annotate:
+                light = norm(g["rate"]) < 0.6
+                ax.text(xi, yi, f"{_fmt_p(g['rate'])}\n{g['failures']}/{g['exposed']}",
+                        ha="center", va="center", fontsize=5.5, color="white" if light else "black")
+        ax.set_xticks(range(len(waits)))
+        ax.set_xticklabels([str(w) for w in waits], rotation=60, fontsize=7)
+        ax.set_yticks(range(len(ys)))
+        ax.set_yticklabels([str(y) for y in ys])
+        ax.set_title(f"executors = {executors}, placement = {placement}", fontsize=9)
+        ax.set_xlabel("wait W (TSC ticks)")
+        if i % ncols == 0:
+            ax.set_ylabel(ylabel)
+    for j in range(len(facets), nrows * ncols):
+        axes[j // ncols, j % ncols].set_visible(False)
+    cbar = fig.colorbar(image, ax=axes.ravel().tolist(), shrink=0.9, pad=0.02)
+    cbar.set_label("failures per exposed toggle (log)")
+    legend = [Patch(facecolor="white", edgecolor="#9a9a9a", hatch="////",
+                    label="0 failures (text: exposed toggles, one-sided 95% bound)"),
+              Patch(facecolor="#e6e6e6", label="not tested")]
+    fig.legend(handles=legend, loc="lower left", fontsize=7, ncol=2, frameon=False)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    fig.subplots_adjust(top=0.80 if nrows == 1 else 0.86, bottom=0.2 if nrows == 1 else 0.12,
+                        right=0.86, hspace=0.7)
+    name = f"heatmap_{protocol}"
+    written = [out_dir / f"{name}.png"]
+    fig.savefig(written[0], dpi=110, metadata={"Software": None})
+    if svg:
+        written.append(out_dir / f"{name}.svg")
+        fig.savefig(written[1], metadata={"Date": None})
+    plt.close(fig)
+    return written
+
+
+def _aligned_class(offset: int, line: int) -> str:
+    o = offset % line
+    if (o % 16) + 5 > 16:
+        return "aligned, crosses a 16-byte boundary"
+    if (o % 8) + 5 > 8:
+        return "aligned, crosses an 8-byte boundary"
+    return "aligned, within 8 bytes"
+
+
+def controls(sweep: Sweep, machine: Machine, out_dir: Path, svg: bool = True) -> list[Path]:
+    line = int(sweep.context.get("machine", {}).get("cache_line") or 64)
+    control_protocols = ("naive", "aligned", "callpatch", "sync-core")
+    cells = [dict(r) for r in sweep.valid if r["protocol"] in control_protocols]
+    if not cells:
+        raise Skip(f"{sweep.path.name} has no valid control cells (naive, aligned, callpatch, sync-core)")
+    waits = sorted({r["wait_ticks"] for r in cells})
+    reference = [dict(r) for r in sweep.valid if r["protocol"] == "wordpatch" and r["wait_ticks"] in waits]
+    for r in cells + reference:
+        r["series"] = _aligned_class(r["site_offset"], line) if r["protocol"] == "aligned" else r["protocol"]
+    order = ["wordpatch", "naive", "aligned, within 8 bytes", "aligned, crosses an 8-byte boundary",
+             "aligned, crosses a 16-byte boundary", "callpatch", "sync-core"]
+    groups = stats.aggregate(cells + reference, ("series", "wait_ticks"))
+    floor = _floor(groups)
+    present = [s for s in order if any(g["series"] == s for g in groups)]
+    fig, axes = _figure("Controls: failure probability per exposed toggle at the same waits",
+                        machine.subtitle(sweep.path) + "; pooled over straddle, executors and "
+                        "placements (wordpatch shown for reference)", figsize=(10.0, 6.2))
+    ax = axes[0, 0]
+    width = 0.8 / max(1, len(present))
+    aligned_colors = {"aligned, within 8 bytes": "#9467bd", "aligned, crosses an 8-byte boundary": "#c5b0d5",
+                      "aligned, crosses a 16-byte boundary": "#8c564b"}
+    for k, series in enumerate(present):
+        sub = [g for g in groups if g["series"] == series]
+        for g in sub:
+            g["x"] = waits.index(g["wait_ticks"])
+        fails = sum(g["failures"] for g in sub)
+        exposed = sum(g["exposed"] for g in sub)
+        if fails:
+            summary = f"{fails:,} failures in {exposed:,} exposed"
+        else:
+            summary = f"0 in {exposed:,} exposed, p < {_fmt_p(stats.zero_failure_upper_bound(exposed))} at 95%"
+        color = aligned_colors.get(series, PROTOCOL_COLORS.get(series, "#333333"))
+        _rate_series(ax, sub, "x", color, f"{series}: {summary}", floor, band=False,
+                     x_offset=(k - (len(present) - 1) / 2) * width,
+                     linestyle="--" if series == "wordpatch" else "-")
+    ax.set_xticks(range(len(waits)))
+    labels = []
+    for w in waits:
+        ns = machine.ticks_to_ns(w)
+        labels.append(f"{w}" + (f"\n({ns:.0f} ns)" if ns is not None else ""))
+    ax.set_xticklabels(labels)
+    ax.set_xlim(-0.6, len(waits) - 0.4)
+    ax.set_yscale("log")
+    ax.set_ylim(bottom=floor, top=1.5)
+    ax.set_xlabel("wait W between patch steps (TSC ticks; ns)")
+    ax.set_ylabel("failure probability per exposed toggle (log)")
+    ax.grid(True, axis="y", alpha=0.3)
+    handles, _ = ax.get_legend_handles_labels()
+    ax.legend(handles=handles + _legend_kinds(), fontsize=7.5, loc="lower left", framealpha=0.9)
+    return _save(fig, out_dir, "controls", svg, top=0.90)
+
+
+# ---------------------------------------------------------------------------- bench plots
+
+_OP_FAMILIES = (("wordpatch", "wordpatch"), ("callpatch", "callpatch"),
+                ("synccore", "sync-core (membarrier)"), ("", "baselines"))
+
+
+def _family(op: str) -> str:
+    for prefix, name in _OP_FAMILIES:
+        if prefix and op.startswith(prefix):
+            return name
+    return "baselines"
+
+
+def _op_order(keys) -> list[str]:
+    ops = sorted({op for op, _ in keys})
+    return sorted(ops, key=lambda op: ([n for _, n in _OP_FAMILIES].index(_family(op)), op))
+
+
+def latency_hist(samples: dict, machine: Machine, source: Path, out_dir: Path,
+                 svg: bool = True) -> list[Path]:
+    samples = {k: np.asarray(v, dtype=float) for k, v in samples.items() if len(v)}
+    if not samples:
+        raise Skip(f"{source.name} has no samples")
+    ops = _op_order(samples)
+    lo = max(1.0, min(float(v.min()) for v in samples.values()))
+    hi = max(float(v.max()) for v in samples.values())
+    bins = np.geomspace(lo, hi * 1.01 if hi > lo else lo * 2, 50)
+    ncols = 4
+    nrows = math.ceil(len(ops) / ncols)
+    fig, axes = _figure("Patch latency per operation (histograms of per-sample TSC ticks)",
+                        machine.subtitle(source), nrows, ncols,
+                        figsize=(15.0, 1.6 + 2.1 * nrows), sharex=True)
+    execs = sorted({e for _, e in samples})
+    cmap = plt.get_cmap("tab10")
+    for i, op in enumerate(ops):
+        ax = axes[i // ncols, i % ncols]
+        notes = []
+        for j, e in enumerate(execs):
+            data = samples.get((op, e))
+            if data is None:
+                continue
+            ax.hist(data, bins=bins, histtype="stepfilled", alpha=0.35, color=cmap(j))
+            ax.hist(data, bins=bins, histtype="step", color=cmap(j), label=f"{e} executor(s)")
+            med = float(np.median(data))
+            ns = machine.ticks_to_ns(med)
+            notes.append(f"N={e}: p50 {med:,.0f} t" + (f" ({ns:,.0f} ns)" if ns is not None else ""))
+        ax.set_xscale("log")
+        ax.set_title(op, fontsize=8.5)
+        ax.text(0.98, 0.95, "\n".join(notes), transform=ax.transAxes, ha="right", va="top",
+                fontsize=6.5, bbox=dict(facecolor="white", alpha=0.8, edgecolor="none"))
+        if i % ncols == 0:
+            ax.set_ylabel("samples")
+        if i // ncols == nrows - 1 or i + ncols >= len(ops):
+            ax.set_xlabel("latency (TSC ticks, log)")
+            ax.xaxis.set_tick_params(labelbottom=True)
+    for j in range(len(ops), nrows * ncols):
+        axes[j // ncols, j % ncols].set_visible(False)
+    handles = [Patch(facecolor=cmap(j), alpha=0.5, label=f"{e} executor(s)") for j, e in enumerate(execs)]
+    fig.legend(handles=handles, loc="upper right", fontsize=8, frameon=False)
+    return _save(fig, out_dir, "latency_hist", svg, top=0.93 if nrows > 2 else 0.88)
+
+
+def latency_cdf(samples: dict, machine: Machine, source: Path, out_dir: Path,
+                svg: bool = True) -> list[Path]:
+    samples = {k: np.sort(np.asarray(v, dtype=float)) for k, v in samples.items() if len(v)}
+    if not samples:
+        raise Skip(f"{source.name} has no samples")
+    families = [name for _, name in _OP_FAMILIES if any(_family(op) == name for op, _ in samples)]
+    ncols = 2
+    nrows = math.ceil(len(families) / ncols)
+    fig, axes = _figure("Patch latency per operation: cumulative distributions",
+                        machine.subtitle(source) + "; all panels share the log x axis",
+                        nrows, ncols, figsize=(12.0, 1.8 + 3.4 * nrows), sharex=True, sharey=True)
+    execs = sorted({e for _, e in samples})
+    styles = ["-", "--", ":", "-."]
+    for i, fam in enumerate(families):
+        ax = axes[i // ncols, i % ncols]
+        ops = [op for op in _op_order(samples) if _family(op) == fam]
+        cmap = plt.get_cmap("tab10")
+        for k, op in enumerate(ops):
+            for j, e in enumerate(execs):
+                data = samples.get((op, e))
+                if data is None:
+                    continue
+                y = np.arange(1, len(data) + 1) / len(data)
+                ax.step(data, y, where="post", color=cmap(k % 10), linestyle=styles[j % len(styles)],
+                        linewidth=1.2, label=f"{op}, {e} exec")
+        ax.set_xscale("log")
+        ax.set_ylim(0, 1.02)
+        ax.set_title(fam)
+        ax.grid(True, which="both", alpha=0.25)
+        ax.legend(fontsize=6.5, loc="lower right", ncol=1 if len(ops) * len(execs) <= 10 else 2)
+        ax.set_xlabel("latency (TSC ticks, log)")
+        ax.xaxis.set_tick_params(labelbottom=True)
+        if i % ncols == 0:
+            ax.set_ylabel("fraction of samples ≤ latency")
+    for j in range(len(families), nrows * ncols):
+        axes[j // ncols, j % ncols].set_visible(False)
+    return _save(fig, out_dir, "latency_cdf", svg, top=0.90)
+
+
+def _throughput_table(bench: Bench) -> dict[tuple[str, int], dict[float, dict]]:
+    table: dict[tuple[str, int], dict[float, dict]] = {}
+    for e in bench.group("throughput"):
+        if "calls_per_s" not in e.values or "rate" not in e.params:
+            continue
+        key = (e.subject, int(e.params.get("executors", 1)))
+        table.setdefault(key, {})[e.params["rate"]] = e.values
+    return table
+
+
+def throughput_rate(bench: Bench, machine: Machine, out_dir: Path, svg: bool = True) -> list[Path]:
+    table = _throughput_table(bench)
+    if not table:
+        raise Skip(f"{bench.path.name} has no throughput/<protocol>/rate:<hz>/executors:<n> results")
+    fig, axes = _figure("Executor throughput while toggling, relative to no toggling (0 Hz)",
+                        machine.subtitle(bench.path), figsize=(10.0, 6.0))
+    ax = axes[0, 0]
+    markers = ["o", "s", "^", "D", "v", "P"]
+    execs = sorted({e for _, e in table})
+    skipped = []
+    for (protocol, e), by_rate in sorted(table.items()):
+        base = by_rate.get(0.0)
+        if not base or base["calls_per_s"] <= 0:
+            skipped.append(f"{protocol}/{e}")
+            continue
+        rates = sorted(r for r in by_rate if r > 0)
+        xs = [by_rate[r].get("achieved_toggles_per_s") or r for r in rates]
+        ys = [by_rate[r]["calls_per_s"] / base["calls_per_s"] for r in rates]
+        ax.plot(xs, ys, color=PROTOCOL_COLORS.get(protocol, "#333333"),
+                marker=markers[execs.index(e) % len(markers)], linewidth=1.3,
+                linestyle=["-", "--", ":", "-."][execs.index(e) % 4],
+                label=f"{protocol}, {e} executor{'s' if e != 1 else ''}")
+    if not ax.lines:
+        plt.close(fig)
+        raise Skip(f"{bench.path.name}: no throughput series has a rate:0 baseline to normalise to")
+    ax.axhline(1.0, color="black", linewidth=0.8, linestyle="--")
+    ax.set_xscale("log")
+    ax.set_xlabel("achieved toggle rate (toggles/s, log)")
+    ax.set_ylabel("executor calls/s relative to the same setup at 0 Hz")
+    ax.grid(True, which="both", alpha=0.25)
+    if skipped:
+        ax.text(0.01, 0.01, "no 0 Hz baseline, not shown: " + ", ".join(skipped),
+                transform=ax.transAxes, fontsize=7, color="#aa0000")
+    ax.legend(fontsize=7.5, loc="lower left", ncol=2)
+    return _save(fig, out_dir, "throughput_rate", svg, top=0.90)
+
+
+def throughput_executors(bench: Bench, machine: Machine, out_dir: Path, svg: bool = True) -> list[Path]:
+    table = _throughput_table(bench)
+    if not table:
+        raise Skip(f"{bench.path.name} has no throughput/<protocol>/rate:<hz>/executors:<n> results")
+    protocols = sorted({p for p, _ in table})
+    rates = sorted({r for by_rate in table.values() for r in by_rate})
+    fig, axes = _figure("Executor throughput vs number of executors, per toggle rate",
+                        machine.subtitle(bench.path) + "; calls/s summed over all executors",
+                        1, len(protocols), figsize=(max(7.0, 4.2 * len(protocols)), 5.2),
+                        sharey=True)
+    cmap = plt.get_cmap("viridis")
+    for i, protocol in enumerate(protocols):
+        ax = axes[0, i]
+        execs = sorted(e for p, e in table if p == protocol)
+        for k, rate in enumerate(rates):
+            pts = [(e, table[(protocol, e)][rate]["calls_per_s"]) for e in execs
+                   if rate in table[(protocol, e)]]
+            if not pts:
+                continue
+            ax.plot([p[0] for p in pts], [p[1] / 1e6 for p in pts], marker="o",
+                    color=cmap(k / max(1, len(rates) - 1) * 0.9),
+                    label="no toggling (0 Hz)" if rate == 0 else f"{rate:,.0f} toggles/s")
+        ax.set_title(protocol)
+        ax.set_xlabel("executors")
+        ax.set_xticks(execs)
+        ax.grid(True, alpha=0.3)
+        if i == 0:
+            ax.set_ylabel("executor throughput (million calls/s)")
+        ax.legend(fontsize=7, loc="upper left")
+    return _save(fig, out_dir, "throughput_executors", svg, top=0.86)
+
+
+_INVOKE_ORDER = ("empty_loop", "direct_call", "flag_guard_off", "flag_guard_on", "active_site",
+                 "nop5_site", "nop5_prefixed_site")
+_INVOKE_NOTES = {
+    "empty_loop": "loop overhead only", "direct_call": "plain call (baseline)",
+    "flag_guard_off": "static probe, flag off", "flag_guard_on": "static probe, flag on",
+    "active_site": "patched site, probe on", "nop5_site": "patched site, probe off (5-byte NOP)",
+    "nop5_prefixed_site": "probe off, prefixed NOP",
+}
+
+
+def invocation(bench: Bench, machine: Machine, out_dir: Path, svg: bool = True) -> list[Path]:
+    entries = {e.subject: e.values for e in bench.group("invoke") if "ns_per_call" in e.values}
+    if not entries:
+        raise Skip(f"{bench.path.name} has no invoke/<variant> results with ns_per_call")
+    names = [n for n in _INVOKE_ORDER if n in entries] + sorted(n for n in entries if n not in _INVOKE_ORDER)
+    values = [entries[n]["ns_per_call"] for n in names]
+    fig, axes = _figure("Invocation cost per call: probe sites against the baselines",
+                        machine.subtitle(bench.path), figsize=(10.0, 1.8 + 0.38 * len(names)))
+    ax = axes[0, 0]
+    colors = []
+    for n in names:
+        if n in ("empty_loop", "direct_call"):
+            colors.append("#7f7f7f")
+        elif n.startswith("flag_guard"):
+            colors.append("#bcbd22")
+        elif n.startswith("callpatch"):
+            colors.append(PROTOCOL_COLORS["callpatch"])
+        else:
+            colors.append(PROTOCOL_COLORS["wordpatch"])
+    y = np.arange(len(names))
+    ax.barh(y, values, color=colors)
+    ax.set_yticks(y)
+    ax.set_yticklabels([f"{n}\n({_INVOKE_NOTES[n]})" if n in _INVOKE_NOTES else n for n in names],
+                       fontsize=7.5)
+    ax.invert_yaxis()
+    direct = entries.get("direct_call", {}).get("ns_per_call")
+    for yi, (n, v) in enumerate(zip(names, values)):
+        ticks = entries[n].get("ticks_per_call")
+        text = f"{v:.2f} ns" + (f" / {ticks:.1f} ticks" if ticks is not None else "")
+        if direct:
+            text += f"  ({v / direct:.2f}× direct call)"
+        ax.text(v, yi, "  " + text, va="center", fontsize=7)
+    for base, style in (("empty_loop", ":"), ("direct_call", "--")):
+        if base in entries:
+            ax.axvline(entries[base]["ns_per_call"], color="black", linestyle=style, linewidth=0.9,
+                       label=f"{base} = {entries[base]['ns_per_call']:.2f} ns")
+    ax.set_xlim(0, max(values) * 1.6)
+    ax.set_xlabel("time per call (ns)")
+    ax.grid(True, axis="x", alpha=0.3)
+    legend = [Patch(color="#7f7f7f", label="baselines"), Patch(color="#bcbd22", label="flag-guarded static probe"),
+              Patch(color=PROTOCOL_COLORS["wordpatch"], label="wordpatch site"),
+              Patch(color=PROTOCOL_COLORS["callpatch"], label="callpatch site (off), split s0..s4")]
+    lines, _ = ax.get_legend_handles_labels()
+    ax.legend(handles=legend + lines, fontsize=7, loc="lower right")
+    return _save(fig, out_dir, "invocation", svg, top=0.88 if len(names) > 8 else 0.82)
+
+
+# ---------------------------------------------------------------------------- overlay
+
+def tmax_overlay(machines: list[tuple[Machine, Sweep, Optional[TmaxConfig]]], out_dir: Path,
+                 svg: bool = True) -> list[Path]:
+    """wordpatch failure rate vs wait in ns (ticks differ between machines), one line per
+    machine, with each machine's Tmax as vertical lines in its colour."""
+    usable = [(m, s, t) for m, s, t in machines
+              if any(r["protocol"] == "wordpatch" for r in s.valid)]
+    if len(usable) < 2:
+        raise Skip("an overlay needs at least two folders with valid wordpatch cells")
+    fig, axes = _figure("Tmax across machines: wordpatch failure probability vs wait",
+                        "pooled over straddle, executors and placements; x in ns so machines with "
+                        "different TSC rates compare", figsize=(10.0, 6.2))
+    ax = axes[0, 0]
+    cmap = plt.get_cmap("tab10")
+    all_groups = []
+    per_machine = []
+    for m, s, t in usable:
+        groups = stats.aggregate([r for r in s.valid if r["protocol"] == "wordpatch"], ("wait_ticks",))
+        if m.tsc_hz:
+            for g in groups:
+                g["x_ns"] = g["wait_ticks"] * 1e9 / m.tsc_hz
+        else:
+            for g in groups:
+                g["x_ns"] = g["wait_ns"]
+        all_groups += groups
+        per_machine.append((m, s, t, groups))
+    floor = _floor(all_groups)
+    extra = []
+    for i, (m, s, t, groups) in enumerate(per_machine):
+        color = cmap(i % 10)
+        label = m.slug + (f" ({m.brand})" if m.brand else "")
+        _rate_series(ax, groups, "x_ns", color, label, floor)
+        k = (1e9 / m.tsc_hz) if m.tsc_hz else None
+        to_ns = (lambda ticks, k=k: ticks * k) if k else (lambda ticks: ticks)
+        sweep_tmax = stats.tmax_from_cells(s.valid)
+        if t is not None and t.observed_ns is not None and not k:
+            to_ns = (lambda ticks, t=t: ticks * t.observed_ns / t.observed_ticks)
+        extra += _tmax_lines(ax, t, sweep_tmax, to_x=to_ns, color=color, prefix=f"{m.slug}: ")
+    ax.set_yscale("log")
+    ax.set_ylim(bottom=floor, top=1.5)
+    ax.set_xlabel("wait W between patch steps (ns)")
+    ax.set_ylabel("failure probability per exposed toggle (log)")
+    ax.grid(True, alpha=0.3)
+    handles, _ = ax.get_legend_handles_labels()
+    ax.legend(handles=handles + _legend_kinds() + extra, fontsize=7, loc="lower left", framealpha=0.9)
+    return _save(fig, out_dir, "tmax_overlay", svg, top=0.90)
