@@ -1,1 +1,227 @@
-// placeholder: implemented by the engine work
+// The engine's SIGTRAP handler and the lock-free site table it shares with wordpatch.
+// Thread safety: install() is thread-safe and idempotent; the handler and every site_*
+// function are async-signal-safe (lock-free atomics on a static table, no allocation,
+// errno saved and restored).
+#include "crossmod/trap.hpp"
+
+#include <sched.h>
+#include <signal.h>
+#include <ucontext.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstring>
+
+#include "crossmod/x86.hpp"
+#include "site_table.hpp"
+
+namespace crossmod {
+
+namespace {
+
+// ---- site table -------------------------------------------------------------------------
+// Open addressing with linear probing. An address, once written into a slot, is never
+// removed (no tombstones needed, and a late trap after the unlock still finds it), so a
+// probe for `a` can stop at the first empty slot. 16384 sites per process.
+inline constexpr std::size_t kSiteBits = 14;
+inline constexpr std::size_t kSiteSlots = std::size_t{1} << kSiteBits;
+
+struct SiteSlot {
+  std::atomic<std::uintptr_t> addr{0};
+  std::atomic<std::uint8_t> state{0};  // detail::SiteState
+};
+static_assert(std::atomic<std::uintptr_t>::is_always_lock_free);
+static_assert(std::atomic<std::uint8_t>::is_always_lock_free);
+SiteSlot g_sites[kSiteSlots];
+
+inline std::size_t site_hash(std::uintptr_t a) noexcept {
+  return static_cast<std::size_t>((a * 0x9E3779B97F4A7C15ull) >> (64 - kSiteBits));
+}
+
+// Index of the slot holding `a`, or -1. Async-signal-safe.
+long find_site(std::uintptr_t a) noexcept {
+  const std::size_t h = site_hash(a);
+  for (std::size_t i = 0; i < kSiteSlots; ++i) {
+    const std::size_t idx = (h + i) & (kSiteSlots - 1);
+    const std::uintptr_t cur = g_sites[idx].addr.load(std::memory_order_acquire);
+    if (cur == a) return static_cast<long>(idx);
+    if (cur == 0) return -1;
+  }
+  return -1;
+}
+
+constexpr auto kLocked = static_cast<std::uint8_t>(detail::SiteState::locked);
+constexpr auto kUnlocked = static_cast<std::uint8_t>(detail::SiteState::unlocked);
+
+// ---- handler state ----------------------------------------------------------------------
+std::atomic<std::uint64_t> g_locked_hits{0};
+std::atomic<std::uint64_t> g_late_hits{0};
+std::atomic<std::uint64_t> g_chained{0};
+std::atomic<std::uint64_t> g_waiters{0};
+std::atomic<bool> g_installed{false};
+struct sigaction g_prev;  // written once before the handler is installed, then read-only
+
+// A waiting executor spins with PAUSE; after this many spins it also yields, so that on an
+// oversubscribed machine the patcher it waits for can run (sched_yield is a plain system
+// call with no user-space state; not on the POSIX list, safe on Linux).
+inline constexpr unsigned kSpinsBeforeYield = 1u << 12;
+
+void chain(int sig, siginfo_t* info, void* ctx) noexcept {
+  const struct sigaction& prev = g_prev;
+  if ((prev.sa_flags & SA_SIGINFO) != 0) {
+    if (prev.sa_sigaction != nullptr) prev.sa_sigaction(sig, info, ctx);
+    return;
+  }
+  if (prev.sa_handler == SIG_IGN) return;
+  if (prev.sa_handler == SIG_DFL) {
+    // Default action for SIGTRAP is to terminate with a core dump. SIGTRAP is blocked while
+    // this handler runs, so the raised signal is delivered with SIG_DFL as we return.
+    struct sigaction dfl;
+    std::memset(&dfl, 0, sizeof dfl);
+    dfl.sa_handler = SIG_DFL;
+    sigemptyset(&dfl.sa_mask);
+    sigaction(SIGTRAP, &dfl, nullptr);
+    raise(SIGTRAP);
+    return;
+  }
+  prev.sa_handler(sig);
+}
+
+void on_sigtrap(int sig, siginfo_t* info, void* ctx) {
+  const int saved_errno = errno;
+  auto* uc = static_cast<ucontext_t*>(ctx);
+  // INT3 is reported with si_code SI_KERNEL (> 0); kill/tgkill/sigqueue use codes <= 0 and
+  // are never the engine's.
+  const bool kernel_trap = info != nullptr && info->si_code > 0;
+  if (kernel_trap && uc != nullptr) {
+    // After INT3 (a trap, SDM Vol 3A 6.5) RIP points past the 1-byte instruction.
+    const auto pc = static_cast<std::uintptr_t>(uc->uc_mcontext.gregs[REG_RIP]) - 1;
+    const long idx = find_site(pc);
+    if (idx >= 0) {
+      SiteSlot& slot = g_sites[idx];
+      for (;;) {
+        // Acquire pairs with the release in site_unlock(): once unlocked is seen, the front
+        // store that replaced the int3 is visible too.
+        std::uint8_t st = slot.state.load(std::memory_order_acquire);
+        if (st == kLocked) {
+          g_waiters.fetch_add(1, std::memory_order_relaxed);
+          unsigned spins = 0;
+          while (slot.state.load(std::memory_order_acquire) == kLocked) {
+            x86::pause();
+            if (++spins % kSpinsBeforeYield == 0) sched_yield();
+          }
+          g_waiters.fetch_sub(1, std::memory_order_relaxed);
+          uc->uc_mcontext.gregs[REG_RIP] = static_cast<greg_t>(pc);  // re-execute the site
+          g_locked_hits.fetch_add(1, std::memory_order_relaxed);
+          errno = saved_errno;
+          return;
+        }
+        if (st != kUnlocked) break;  // claimed, but no int3 written yet: not ours
+        const std::uint8_t now = *reinterpret_cast<volatile const std::uint8_t*>(pc);
+        // A new patch may have locked the site between the two reads: look again.
+        if (slot.state.load(std::memory_order_acquire) != st) continue;
+        if (now == x86::kInt3) break;  // someone else's int3 at a former site
+        // The int3 was fetched before the front store landed (or was still held by this
+        // core): re-execute the now-complete instruction.
+        uc->uc_mcontext.gregs[REG_RIP] = static_cast<greg_t>(pc);
+        g_late_hits.fetch_add(1, std::memory_order_relaxed);
+        errno = saved_errno;
+        return;
+      }
+    }
+  }
+  g_chained.fetch_add(1, std::memory_order_relaxed);
+  chain(sig, info, ctx);
+  errno = saved_errno;
+}
+
+struct InstallResult {
+  Status status = Status::ok;
+  int err = 0;
+};
+
+InstallResult do_install() noexcept {
+  // Read the previous disposition first so g_prev is complete before any trap can reach
+  // our handler.
+  if (sigaction(SIGTRAP, nullptr, &g_prev) != 0) return {Status::os_error, errno};
+  struct sigaction sa;
+  std::memset(&sa, 0, sizeof sa);
+  sa.sa_sigaction = on_sigtrap;
+  sigemptyset(&sa.sa_mask);
+  // No SA_NODEFER: the handler itself never executes an int3, and a nested SIGTRAP would
+  // mean a bug that is better reported by the kernel than recursed into.
+  sa.sa_flags = SA_SIGINFO | SA_ONSTACK | SA_RESTART;
+  if (sigaction(SIGTRAP, &sa, nullptr) != 0) return {Status::os_error, errno};
+  g_installed.store(true, std::memory_order_release);
+  return {};
+}
+
+}  // namespace
+
+namespace trap {
+
+Status install(std::error_code* ec) noexcept {
+  static const InstallResult result = do_install();
+  if (ec != nullptr)
+    *ec = result.err != 0 ? std::error_code(result.err, std::generic_category())
+                          : std::error_code();
+  return result.status;
+}
+
+bool installed() noexcept { return g_installed.load(std::memory_order_acquire); }
+
+Stats stats() noexcept {
+  return {g_locked_hits.load(std::memory_order_relaxed),
+          g_late_hits.load(std::memory_order_relaxed),
+          g_chained.load(std::memory_order_relaxed)};
+}
+
+}  // namespace trap
+
+namespace detail {
+
+Status site_lock(std::uintptr_t addr) noexcept {
+  if (addr == 0) return Status::bad_address;
+  const std::size_t h = site_hash(addr);
+  for (std::size_t i = 0; i < kSiteSlots; ++i) {
+    SiteSlot& slot = g_sites[(h + i) & (kSiteSlots - 1)];
+    std::uintptr_t cur = slot.addr.load(std::memory_order_acquire);
+    if (cur == 0) {
+      // Two patchers inserting the same address race for the same first empty slot in the
+      // same probe order; the loser reads the winner's address and joins it below.
+      if (slot.addr.compare_exchange_strong(cur, addr, std::memory_order_acq_rel))
+        cur = addr;
+    }
+    if (cur != addr) continue;
+    std::uint8_t st = slot.state.load(std::memory_order_acquire);
+    for (;;) {
+      if (st == kLocked) return Status::busy;
+      // Locked CAS: a full barrier, so the int3 store that follows in wordpatch cannot
+      // become visible before the lock (pairs with the acquire loads in on_sigtrap).
+      if (slot.state.compare_exchange_weak(st, kLocked, std::memory_order_seq_cst))
+        return Status::ok;
+    }
+  }
+  return Status::table_full;
+}
+
+void site_unlock(std::uintptr_t addr) noexcept {
+  const long idx = find_site(addr);
+  if (idx < 0) return;
+  // Release pairs with the acquire in on_sigtrap: the front store is ordered before it.
+  g_sites[idx].state.store(kUnlocked, std::memory_order_release);
+}
+
+SiteState site_state(std::uintptr_t addr) noexcept {
+  const long idx = find_site(addr);
+  if (idx < 0) return SiteState::absent;
+  const std::uint8_t st = g_sites[idx].state.load(std::memory_order_acquire);
+  return st == kLocked ? SiteState::locked
+                       : st == kUnlocked ? SiteState::unlocked : SiteState::absent;
+}
+
+std::uint64_t trap_waiters() noexcept { return g_waiters.load(std::memory_order_relaxed); }
+
+}  // namespace detail
+
+}  // namespace crossmod
