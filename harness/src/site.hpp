@@ -48,6 +48,25 @@ class StressSite {
   // site's, not the harness's).
   bool owns_pc(std::uintptr_t pc) const;
 
+  // Additions (compatible): where things are, for the cell runner's fault notes and the
+  // tests' independent checks.
+  unsigned line_offset() const;                  // site address mod line size
+  // [begin, end): the PROT_NONE window that every "A front + B back" call lands in.
+  std::uintptr_t torn_window_begin() const;
+  std::uintptr_t torn_window_end() const;
+  // The whole reservation (PROT_NONE except the site and stub pages).
+  std::uintptr_t reservation_begin() const;
+  std::uintptr_t reservation_end() const;
+
+  // The checks create() runs, usable on any bytes: for a split S in 1..4, decodes both
+  // torn mixes of A and B as if placed at `site_addr` and returns "" when "B front + A
+  // back" is invalid at its first byte and "A front + B back" is a call into
+  // [window_begin, window_end); otherwise a precise reason. Not async-signal-safe.
+  static std::string check_mixes(unsigned split, const std::array<std::uint8_t, 5>& a,
+                                 const std::array<std::uint8_t, 5>& b,
+                                 std::uintptr_t site_addr, std::uintptr_t window_begin,
+                                 std::uintptr_t window_end);
+
  private:
   StressSite() = default;
   struct Impl;

@@ -21,6 +21,14 @@ struct Pu {
   int package = -1;    // logical index of the package
 };
 
+// One cache level as hwloc reports it (addition): "L1d", "L1i", "L2", "L3", ...
+struct CacheLevel {
+  std::string name;
+  unsigned long long size_bytes = 0;  // of one instance
+  unsigned line_bytes = 0;
+  int instances = 0;
+};
+
 struct Assignment {
   int patcher_pu = -1;             // os index
   std::vector<int> executor_pus;   // os indexes, one per executor (may repeat)
@@ -38,6 +46,7 @@ class Topology {
   const std::vector<Pu>& pus() const;
   int packages() const;
   int cores() const;
+  const std::vector<CacheLevel>& caches() const;  // addition: L1d, L1i, L2, L3 ... in order
   std::string summary() const;  // e.g. "1 package, 2 cores, 2 PUs, L1d 48KiB, L2 1MiB, L3 32MiB"
 
   // Placement of one patcher and `executors` executors. Throws std::invalid_argument

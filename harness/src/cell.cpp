@@ -1,0 +1,496 @@
+// Cell runner (see cell.hpp): forks a child that builds the stress site, starts the
+// executors and toggles the site through the ENGINE's code path; the parent watches it
+// with a deadline and turns whatever happens (ok, crash, hang, refusal) into a CellResult.
+// Thread safety: run_cell() is called from one thread of a single-threaded parent (it
+// forks). The child is multi-threaded; its fault handling lives in executor.cpp.
+#include "cell.hpp"
+
+#include <fmt/core.h>
+#include <fmt/format.h>
+#include <sched.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <new>
+#include <optional>
+#include <stdexcept>
+#include <thread>
+#include <vector>
+
+#include "crossmod/callpatch.hpp"
+#include "crossmod/machine.hpp"
+#include "crossmod/trap.hpp"
+#include "crossmod/wordpatch.hpp"
+#include "crossmod/x86.hpp"
+#include "executor.hpp"
+#include "site.hpp"
+
+namespace crossmod::harness {
+
+const char* to_string(Protocol p) {
+  switch (p) {
+    case Protocol::wordpatch: return "wordpatch";
+    case Protocol::naive: return "naive";
+    case Protocol::callpatch: return "callpatch";
+    case Protocol::aligned: return "aligned";
+    case Protocol::sync_core: return "sync-core";
+    case Protocol::selftest_hang: return "selftest-hang";
+    case Protocol::selftest_crash: return "selftest-crash";
+    case Protocol::selftest_torn: return "selftest-torn";
+  }
+  return "?";
+}
+
+Protocol parse_protocol(const std::string& name) {
+  std::string n = name;
+  std::replace(n.begin(), n.end(), '_', '-');
+  for (Protocol p : {Protocol::wordpatch, Protocol::naive, Protocol::callpatch, Protocol::aligned,
+                     Protocol::sync_core, Protocol::selftest_hang, Protocol::selftest_crash,
+                     Protocol::selftest_torn}) {
+    if (n == to_string(p)) return p;
+  }
+  throw std::invalid_argument("unknown protocol '" + name +
+                              "' (expected wordpatch, naive, callpatch, aligned or sync-core)");
+}
+
+namespace {
+
+// Exposure below this fraction of toggles marks the cell low_exposure: fewer than half of
+// its toggles were followed by an execution of the site, so its zero-failure evidence is
+// weaker than its toggle count suggests (rates are per exposed toggle anyway).
+constexpr double kLowExposure = 0.5;
+// Auto dwell: each executor should run the site about this many times per toggle.
+constexpr std::uint64_t kDwellRuns = 20;
+constexpr std::uint64_t kMinDwellTicks = 1000;
+constexpr std::uint64_t kMaxDwellTicks = 2'000'000;
+
+enum ChildState : int { kNone = 0, kOk = 1, kBlind = 2, kError = 3 };
+
+// Results shared with the parent: created before fork (MAP_SHARED), so whatever the child
+// wrote before dying is still readable. Followed by one exec::Counters per executor.
+struct alignas(64) Shared {
+  std::atomic<std::uint64_t> toggles{0}, exposed{0}, failures{0}, dwell{0};
+  std::atomic<std::uint64_t> traps{0}, late_traps{0};
+  std::atomic<int> state{kNone};
+  std::atomic<int> stopped_early{0};
+  unsigned line_offset = 0;
+  std::uint64_t site_addr = 0;
+  exec::FirstFault first;
+  char note[1024] = {};
+  char phase[128] = {};  // where the child is, for hang and crash notes
+
+  exec::Counters* counters() { return reinterpret_cast<exec::Counters*>(this + 1); }
+};
+static_assert(sizeof(Shared) % alignof(exec::Counters) == 0);
+
+void set_text(char* dst, std::size_t cap, const std::string& s) {
+  std::size_t n = std::min(cap - 1, s.size());
+  std::memcpy(dst, s.data(), n);
+  dst[n] = '\0';
+}
+
+std::string hex(const std::uint8_t* b, std::size_t n) {
+  std::string s;
+  for (std::size_t i = 0; i < n; ++i) s += fmt::format("{}{:02x}", i ? " " : "", b[i]);
+  return s;
+}
+
+const char* signal_name(int sig) {
+  switch (sig) {
+    case SIGILL: return "SIGILL";
+    case SIGSEGV: return "SIGSEGV";
+    case SIGBUS: return "SIGBUS";
+    case SIGTRAP: return "SIGTRAP";
+    case SIGABRT: return "SIGABRT";
+    case SIGKILL: return "SIGKILL";
+    case SIGFPE: return "SIGFPE";
+    case SIGTERM: return "SIGTERM";
+    default: return "signal";
+  }
+}
+
+// ---- child -----------------------------------------------------------------------------
+
+class Child {
+ public:
+  Child(const CellSpec& spec, const Assignment& asg, const Topology& topo, Shared* sh)
+      : spec_(spec), asg_(asg), topo_(topo), sh_(sh) {}
+
+  [[noreturn]] void run() {
+    try {
+      body();
+    } catch (const std::exception& e) {
+      finish(kError, std::string("child: ") + e.what());
+    }
+    finish(kError, "child: unexpected end");
+  }
+
+ private:
+  void phase(const std::string& p) { set_text(sh_->phase, sizeof sh_->phase, p); }
+
+  [[noreturn]] void finish(ChildState st, const std::string& note) {
+    stop_executors();
+    if (!note.empty()) set_text(sh_->note, sizeof sh_->note, note);
+    sh_->state.store(st, std::memory_order_release);
+    _exit(0);
+  }
+
+  void stop_executors() {
+    ctl_.stop.store(true, std::memory_order_relaxed);
+    for (auto& t : threads_)
+      if (t.joinable()) t.join();
+    threads_.clear();
+  }
+
+  std::uint64_t sum_activity() const {  // completed calls + faulted calls
+    std::uint64_t s = 0;
+    for (unsigned i = 0; i < spec_.executors; ++i) {
+      s += sh_->counters()[i].executions.load(std::memory_order_relaxed);
+      s += sh_->counters()[i].faults.load(std::memory_order_relaxed);
+    }
+    return s;
+  }
+  std::uint64_t sum_faults() const {
+    std::uint64_t s = 0;
+    for (unsigned i = 0; i < spec_.executors; ++i)
+      s += sh_->counters()[i].faults.load(std::memory_order_acquire);
+    return s;
+  }
+
+  void dwell(std::uint64_t ticks) const {
+    const std::uint64_t t0 = x86::rdtsc();
+    while (x86::rdtsc() - t0 < ticks) {
+      if (ctl_.yield_when_idle) sched_yield();
+      else x86::pause();
+    }
+  }
+
+  // Warm-up: how long one site call takes on the slowest executor, so the dwell lets each
+  // executor run the site ~kDwellRuns times per toggle.
+  std::uint64_t auto_dwell() {
+    const unsigned n = spec_.executors;
+    std::vector<std::uint64_t> e0(n);
+    for (unsigned i = 0; i < n; ++i) e0[i] = sh_->counters()[i].executions.load();
+    const std::uint64_t t0 = x86::rdtsc();
+    std::uint64_t slowest = 0;
+    for (int round = 0; round < 50; ++round) {
+      dwell(1'000'000);
+      slowest = UINT64_MAX;
+      for (unsigned i = 0; i < n; ++i)
+        slowest = std::min(slowest, sh_->counters()[i].executions.load() - e0[i]);
+      if (slowest >= 1000) break;
+    }
+    const std::uint64_t elapsed = x86::rdtsc() - t0;
+    if (slowest == 0) return kMaxDwellTicks;  // some executor never ran: longest dwell
+    const std::uint64_t period = elapsed / slowest;
+    return std::clamp(period * kDwellRuns, kMinDwellTicks, kMaxDwellTicks);
+  }
+
+  void body() {
+    struct rlimit no_core {0, 0};
+    setrlimit(RLIMIT_CORE, &no_core);  // crashes are expected results, not debugging aids
+    phase("setup");
+    if (spec_.protocol == Protocol::selftest_crash) {
+      phase("selftest-crash: abort()");
+      std::abort();
+    }
+    if (spec_.protocol == Protocol::selftest_hang) {
+      phase("selftest-hang: spinning forever");
+      for (;;) x86::pause();
+    }
+    std::string err;
+    if (!topo_.bind_current_thread(asg_.patcher_pu, &err)) finish(kError, "patcher: " + err);
+
+    const bool aligned = spec_.protocol == Protocol::aligned;
+    const unsigned straddle = aligned ? 0 : spec_.straddle;
+    std::string why;
+    site_ = StressSite::create(straddle, spec_.site_offset, &why);
+    if (!site_) finish(kBlind, why);
+    sh_->line_offset = site_->line_offset();
+    sh_->site_addr = reinterpret_cast<std::uintptr_t>(site_->site());
+
+    // Our handlers go in BEFORE any WordPatcher: the engine's trap handler chains traps
+    // it does not own to the handler installed before it, i.e. ours (a stray trap).
+    bool sigtrap_ours = true;
+    if (!exec::install_fault_handlers(*site_, &ctl_, &sh_->first, &sigtrap_ours, &err)) {
+      finish(kError, err);
+    }
+    if (!sigtrap_ours) {
+      note_ += "engine SIGTRAP handler inherited from the parent: a stray trap crashes the "
+               "child; ";
+    }
+
+    // The engine objects: constructed only now, after the handlers.
+    std::optional<WordPatcher> wp;
+    CallSite cs;
+    const std::uint64_t w = spec_.wait_ticks;
+    switch (spec_.protocol) {
+      case Protocol::wordpatch: wp.emplace(WaitPolicy::Ticks(w)); break;
+      case Protocol::sync_core: wp.emplace(WaitPolicy::SyncCore()); break;
+      case Protocol::aligned: wp.emplace(WaitPolicy::None(), InlineStore::plain); break;
+      case Protocol::callpatch: {
+        Status st = CallSite::prepare(site_->site(), site_->call_target(), &cs);
+        if (st != Status::ok) finish(kError, fmt::format("CallSite::prepare: {}", to_string(st)));
+        break;
+      }
+      default: break;
+    }
+    if (wp && wp->init_status() != Status::ok) {
+      finish(kError, fmt::format("WordPatcher init: {}", to_string(wp->init_status())));
+    }
+
+    // Executors.
+    phase("starting executors");
+    ctl_.yield_when_idle = asg_.oversubscribed;
+    for (unsigned i = 0; i < spec_.executors; ++i) {
+      threads_.emplace_back(exec::executor_main, &topo_, asg_.executor_pus[i], site_.get(), &ctl_,
+                            &sh_->counters()[i]);
+    }
+    while (ctl_.ready.load(std::memory_order_acquire) < spec_.executors) sched_yield();
+    if (ctl_.bind_failures.load() != 0) {
+      finish(kError, fmt::format("{} executor(s) could not bind to their PU", ctl_.bind_failures.load()));
+    }
+
+    phase("warm-up");
+    const std::uint64_t d = spec_.dwell_ticks ? spec_.dwell_ticks : auto_dwell();
+    sh_->dwell.store(d);
+
+    const auto a = site_->state_a();
+    const auto b = site_->state_b();
+    const unsigned s = straddle;
+    const unsigned torn_split = s ? s : 1;  // selftest-torn at S = 0 tears at byte 1
+    const trap::Stats trap0 = trap::stats();
+    std::uint64_t toggles = 0, exposed = 0, failures = 0;
+    Status last = Status::ok;
+    phase("toggling");
+    for (std::uint64_t i = 0; i < spec_.toggles; ++i) {
+      ctl_.toggle_seq.store(i + 1, std::memory_order_release);
+      const std::uint64_t f0 = sum_faults();
+      const bool to_b = (i % 2) == 0;  // the site starts in A
+      const auto& next = to_b ? b : a;
+      std::uint64_t x0 = 0;
+      switch (spec_.protocol) {
+        case Protocol::wordpatch:
+        case Protocol::sync_core:
+        case Protocol::aligned: last = wp->patch(site_->site(), next); break;
+        case Protocol::naive: last = naive_split_write(site_->site(), next, WaitPolicy::Ticks(w)); break;
+        case Protocol::callpatch: last = to_b ? cs.deactivate() : cs.activate(); break;
+        case Protocol::selftest_torn: {
+          // Deliberately torn, through the engine's in-line stores: even toggles leave
+          // "A front + B back" (a call into the PROT_NONE window: SIGSEGV), odd toggles
+          // "B front + A back" (#UD: SIGILL). Restored to A after the dwell.
+          const unsigned k = torn_split;
+          last = to_b ? x86::store_locked(site_->site() + k, std::span(b).subspan(k))
+                      : x86::store_locked(site_->site(), std::span(b).first(k));
+          break;
+        }
+        default: break;
+      }
+      x0 = sum_activity();
+      dwell(d);
+      const std::uint64_t x1 = sum_activity();
+      if (spec_.protocol == Protocol::selftest_torn && last == Status::ok) {
+        const unsigned k = torn_split;
+        last = to_b ? x86::store_locked(site_->site() + k, std::span(a).subspan(k))
+                    : x86::store_locked(site_->site(), std::span(a).first(k));
+      }
+      const std::uint64_t f1 = sum_faults();
+      ++toggles;
+      if (x1 > x0) ++exposed;
+      if (f1 > f0) ++failures;
+      sh_->toggles.store(toggles, std::memory_order_relaxed);
+      sh_->exposed.store(exposed, std::memory_order_relaxed);
+      sh_->failures.store(failures, std::memory_order_relaxed);
+      if (last != Status::ok) break;
+      if (spec_.max_failures != 0 && failures >= spec_.max_failures) {
+        sh_->stopped_early.store(1);
+        break;
+      }
+    }
+    const trap::Stats trap1 = trap::stats();
+    sh_->traps.store(trap1.locked_hits - trap0.locked_hits);
+    sh_->late_traps.store(trap1.late_hits - trap0.late_hits);
+    phase("stopping executors");
+    stop_executors();
+    if (last != Status::ok) {
+      finish(kError, note_ + fmt::format("{} returned {} at toggle {}", to_string(spec_.protocol),
+                                         to_string(last), toggles));
+    }
+    finish(kOk, note_);
+  }
+
+  const CellSpec& spec_;
+  const Assignment& asg_;
+  const Topology& topo_;
+  Shared* sh_;
+  exec::Control ctl_;
+  std::unique_ptr<StressSite> site_;
+  std::vector<std::thread> threads_;
+  std::string note_;
+};
+
+// ---- parent ----------------------------------------------------------------------------
+
+const Topology& fallback_topology() {
+  static Topology t = Topology::load();
+  return t;
+}
+
+std::string describe_first_fault(const exec::FirstFault& f, std::uint64_t site) {
+  const std::int64_t off = static_cast<std::int64_t>(f.pc - site);
+  std::string where = off >= 0 && off < 5 ? fmt::format("site+{}", off)
+                      : off < 0           ? fmt::format("site-{:#x}", -off)
+                                          : fmt::format("site+{:#x}", off);
+  return fmt::format("first fault: {} at {} (toggle {}), site bytes {}", signal_name(f.signal),
+                     where, f.toggle, hex(f.bytes, 8));
+}
+
+}  // namespace
+
+CellResult run_cell(const CellSpec& spec, const RunContext& ctx) {
+  CellResult r;
+  r.spec = spec;
+  const auto t_start = std::chrono::steady_clock::now();
+  auto elapsed = [&] {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count();
+  };
+
+  const Topology* topo = ctx.topology;
+  Assignment asg;
+  try {
+    if (!topo) topo = &fallback_topology();
+    asg = topo->assign(spec.placement, spec.executors);
+  } catch (const std::exception& e) {
+    r.outcome = "error";
+    r.note = e.what();
+    return r;
+  }
+  r.patcher_pu = asg.patcher_pu;
+  r.executor_pus = asg.executor_pus;
+  if (asg.oversubscribed || !asg.warning.empty()) {
+    static bool warned = false;
+    if (!warned) {
+      warned = true;
+      fmt::print(stderr, "crossmod: warning: {}\n", asg.warning);
+    }
+  }
+  if (spec.executors == 0 && spec.protocol != Protocol::selftest_hang &&
+      spec.protocol != Protocol::selftest_crash) {
+    r.outcome = "error";
+    r.note = "a cell needs at least one executor";
+    return r;
+  }
+
+  const std::size_t bytes = sizeof(Shared) + spec.executors * sizeof(exec::Counters);
+  void* mem = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  if (mem == MAP_FAILED) {
+    r.outcome = "error";
+    r.note = fmt::format("mmap of the shared results block: {}", std::strerror(errno));
+    return r;
+  }
+  auto* sh = new (mem) Shared();
+  for (unsigned i = 0; i < spec.executors; ++i) new (&sh->counters()[i]) exec::Counters();
+
+  std::fflush(stdout);
+  std::fflush(stderr);
+  const pid_t pid = fork();
+  if (pid < 0) {
+    r.outcome = "error";
+    r.note = fmt::format("fork: {}", std::strerror(errno));
+    munmap(mem, bytes);
+    return r;
+  }
+  if (pid == 0) {
+    Child child(spec, asg, *topo, sh);
+    child.run();
+  }
+
+  // Watchdog: poll every millisecond; past the deadline the child is killed as a hang.
+  int status = 0;
+  bool hung = false;
+  for (;;) {
+    const pid_t w = waitpid(pid, &status, WNOHANG);
+    if (w == pid) break;
+    if (w < 0 && errno != EINTR) break;
+    if (elapsed() > spec.watchdog_s) {
+      kill(pid, SIGKILL);
+      while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+      }
+      hung = true;
+      break;
+    }
+    struct timespec ts {0, 1'000'000};
+    nanosleep(&ts, nullptr);
+  }
+  r.duration_s = elapsed();
+
+  // Counters survive whatever happened to the child.
+  r.dwell_ticks = sh->dwell.load();
+  r.toggles = sh->toggles.load();
+  r.exposed_toggles = sh->exposed.load();
+  r.failures = sh->failures.load();
+  r.traps = sh->traps.load();
+  r.late_traps = sh->late_traps.load();
+  r.stopped_early = sh->stopped_early.load() != 0;
+  r.site_line_offset = sh->line_offset;
+  for (unsigned i = 0; i < spec.executors; ++i) {
+    const exec::Counters& c = sh->counters()[i];
+    r.executions += c.executions.load();
+    r.state_a += c.state_a.load();
+    r.state_b += c.state_b.load();
+    r.sigill += c.sigill.load();
+    r.sigsegv += c.sigsegv.load();
+    r.sigbus += c.sigbus.load();
+    r.stray_trap += c.stray_trap.load();
+  }
+  r.low_exposure =
+      r.toggles > 0 && static_cast<double>(r.exposed_toggles) < kLowExposure * static_cast<double>(r.toggles);
+
+  const std::string phase(sh->phase);
+  std::string note(sh->note);
+  const int state = sh->state.load();
+  if (hung) {
+    r.outcome = "hang";
+    note = fmt::format("no result within the {} s watchdog (child was in: {}); killed", spec.watchdog_s,
+                       phase.empty() ? "?" : phase);
+  } else if (WIFSIGNALED(status)) {
+    r.outcome = "crash";
+    const int sig = WTERMSIG(status);
+    note = fmt::format("child killed by {} ({}) during {}", signal_name(sig), strsignal(sig),
+                       phase.empty() ? "?" : phase);
+  } else if (WIFEXITED(status) && WEXITSTATUS(status) != 0) {
+    r.outcome = "crash";
+    note = fmt::format("child exited with status {} during {}", WEXITSTATUS(status), phase);
+  } else if (state == kBlind) {
+    r.outcome = "blind";
+  } else if (state == kError) {
+    r.outcome = "error";
+  } else if (state == kOk) {
+    r.outcome = "ok";
+  } else {
+    r.outcome = "error";
+    note = "child exited without a result during " + phase;
+  }
+  if (sh->first.ready.load(std::memory_order_acquire)) {
+    const exec::FirstFault& f = sh->first;
+    r.first_fault_pc_offset = f.pc - sh->site_addr;  // modulo 2^64 when before the site
+    r.first_fault_bytes = hex(f.bytes, x86::kCallLen);
+    const std::string ff = describe_first_fault(f, sh->site_addr);
+    note = note.empty() ? ff : note + "; " + ff;
+  }
+  r.note = note;
+  (void)ctx.verbose;
+  sh->~Shared();
+  munmap(mem, bytes);
+  return r;
+}
+
+}  // namespace crossmod::harness
