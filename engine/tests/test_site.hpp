@@ -1,0 +1,121 @@
+// Test helpers: a probe site `xor eax,eax; <5 bytes>; ret` built in a CodeBlock so that S
+// of the 5 bytes lie before a cache-line boundary, a call target `mov eax,1; ret`, and an
+// executor loop that counts which state ran. Executors run on plain threads; a torn
+// instruction faults and crashes the test binary, which ctest reports as a failure.
+#pragma once
+#include <gtest/gtest.h>
+
+#include <array>
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <cstring>
+#include <thread>
+#include <vector>
+
+#include "crossmod/code_memory.hpp"
+#include "crossmod/x86.hpp"
+
+namespace crossmod::test {
+
+using Bytes5 = std::array<std::uint8_t, 5>;
+
+class TestSite {
+ public:
+  using EntryFn = int (*)();
+
+  // straddle S in 0..4; `nop_state` true starts with `state_b` instead of the call.
+  // The call target sits ~16.8 MiB away in a second block so that no rel32 byte is 00.
+  explicit TestSite(unsigned straddle, const Bytes5& state_b = x86::kNop5,
+                    bool start_with_b = false, std::size_t boundary_offset = 2048)
+      : straddle_(straddle), state_b_(state_b) {
+    const std::size_t line = x86::cache_line_size();
+    EXPECT_EQ(CodeBlock::allocate(kBlockSize, nullptr, &block_), Status::ok);
+    std::memset(block_.data(), x86::kInvalid64, block_.size());
+    // Target: a second block placed near the first, preferably > 16 MiB away so every
+    // rel32 byte is non-zero; falls back to a block inside the first one.
+    std::uint8_t* boundary = block_.data() + boundary_offset;
+    site_ = straddle == 0 ? boundary + 16 : boundary - straddle;
+    EXPECT_EQ(x86::straddle_split(reinterpret_cast<std::uintptr_t>(site_), 5), straddle)
+        << "line " << line;
+    entry_ = site_ - sizeof x86::kXorEaxEax;
+    std::memcpy(entry_, x86::kXorEaxEax, sizeof x86::kXorEaxEax);
+    site_[5] = x86::kRet;
+    if (CodeBlock::allocate(4096, block_.data() + (std::size_t{17} << 20), &target_block_) ==
+        Status::ok) {
+      target_ = target_block_.data();
+    } else {
+      target_ = block_.data() + kBlockSize - 64;
+    }
+    const std::uint8_t stub[6] = {x86::kMovEaxImm32, 1, 0, 0, 0, x86::kRet};
+    std::memcpy(target_, stub, sizeof stub);
+    EXPECT_EQ(x86::encode_call(reinterpret_cast<std::uintptr_t>(site_),
+                               reinterpret_cast<std::uintptr_t>(target_), &state_a_),
+              Status::ok);
+    std::memcpy(site_, start_with_b ? state_b_.data() : state_a_.data(), 5);
+  }
+
+  std::uint8_t* site() const { return site_; }
+  const std::uint8_t* target() const { return target_; }
+  EntryFn entry() const { return reinterpret_cast<EntryFn>(entry_); }
+  const Bytes5& state_a() const { return state_a_; }
+  const Bytes5& state_b() const { return state_b_; }
+  unsigned straddle() const { return straddle_; }
+  Bytes5 current() const {
+    Bytes5 b;
+    std::memcpy(b.data(), site_, 5);
+    return b;
+  }
+  // The two cache lines the site may touch, [line_start(site), +2 lines).
+  std::vector<std::uint8_t> lines() const {
+    const std::uintptr_t line = x86::cache_line_size();
+    const auto start = reinterpret_cast<std::uintptr_t>(site_) & ~(line - 1);
+    const auto* p = reinterpret_cast<const std::uint8_t*>(start);
+    return {p, p + 2 * line};
+  }
+
+ private:
+  static constexpr std::size_t kBlockSize = 3 * 4096;
+  unsigned straddle_;
+  CodeBlock block_;
+  CodeBlock target_block_;
+  std::uint8_t* site_ = nullptr;
+  std::uint8_t* entry_ = nullptr;
+  std::uint8_t* target_ = nullptr;
+  Bytes5 state_a_{};
+  Bytes5 state_b_{};
+};
+
+// Counts of the values returned by executors, updated live: [0] = state B ran, [1] = the
+// call ran, [2] = anything else (a wrong result without a fault).
+struct ExecCounts {
+  std::atomic<std::uint64_t> ran[3] = {};
+};
+
+// Runs `fns` round-robin until `stop` is set, counting each result.
+inline void executor_loop(std::vector<TestSite::EntryFn> fns, const std::atomic<bool>* stop,
+                          ExecCounts* counts, std::atomic<int>* started) {
+  started->fetch_add(1);
+  while (!stop->load(std::memory_order_relaxed)) {
+    for (auto fn : fns) {
+      const int r = fn();
+      counts->ran[r == 0 ? 0 : r == 1 ? 1 : 2].fetch_add(1, std::memory_order_relaxed);
+    }
+  }
+}
+
+// Blocks until some executor has returned `result` (0 or 1) at least once more than now.
+// The patcher calls it while the site is held in the matching state, which makes "both
+// states executed" deterministic even on a loaded machine where an executor may be
+// descheduled for a whole burst of toggles. False after a generous deadline.
+inline bool await_execution(const ExecCounts& counts, int result) {
+  const std::uint64_t before = counts.ran[result].load();
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (counts.ran[result].load() == before) {
+    if (std::chrono::steady_clock::now() > deadline) return false;
+    std::this_thread::yield();
+  }
+  return true;
+}
+
+}  // namespace crossmod::test
