@@ -112,7 +112,9 @@ TEST_P(CallPatchSplit, BadBytesAreRefused) {
 
 INSTANTIATE_TEST_SUITE_P(AllSplits, CallPatchSplit, ::testing::Values(0u, 1u, 2u, 3u, 4u),
                          [](const ::testing::TestParamInfo<unsigned>& p) {
-                           return std::string("S") + std::to_string(p.param);
+                           char name[8];
+                           std::snprintf(name, sizeof name, "S%u", p.param);
+                           return std::string(name);
                          });
 
 TEST(CallPatch, UnwritableAddressIsRefused) {
@@ -222,11 +224,9 @@ INSTANTIATE_TEST_SUITE_P(
                       ConcurrencyParam{1, 2}, ConcurrencyParam{2, 2}, ConcurrencyParam{3, 2},
                       ConcurrencyParam{4, 2}),
     [](const ::testing::TestParamInfo<ConcurrencyParam>& p) {
-      std::string name("S");
-      name += std::to_string(p.param.split);
-      name += "_E";
-      name += std::to_string(p.param.executors);
-      return name;
+      char name[16];
+      std::snprintf(name, sizeof name, "S%u_E%d", p.param.split, p.param.executors);
+      return std::string(name);
     });
 
 }  // namespace

@@ -1,0 +1,314 @@
+// wordpatch: exact bytes for every length and straddle, bad input, busy detection, the
+// asynchronous API, naive_split_write, and executors running straddling sites while they
+// are patched (int3 protocol with a generous W, and membarrier SYNC_CORE).
+#include "crossmod/wordpatch.hpp"
+
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <random>
+
+#include "crossmod/code_memory.hpp"
+#include "crossmod/trap.hpp"
+#include "crossmod/x86.hpp"
+#include "site_table.hpp"
+#include "test_site.hpp"
+
+namespace crossmod {
+namespace {
+
+using test::Bytes5;
+using test::TestSite;
+
+// A W far above any Tmax measured on x86 so far (hundreds to a few thousand ticks):
+// these tests check the protocol's mechanics, not the hardware's limit.
+inline constexpr std::uint64_t kGenerousWait = 20000;
+
+class DataBlock {
+ public:
+  DataBlock() {
+    EXPECT_EQ(CodeBlock::allocate(4096, nullptr, &block_), Status::ok);
+    for (std::size_t i = 0; i < block_.size(); ++i)
+      block_.data()[i] = static_cast<std::uint8_t>(0xA0 ^ (i * 7));
+  }
+  std::uint8_t* data() const { return block_.data(); }
+  std::vector<std::uint8_t> snapshot() const {
+    return {block_.data(), block_.data() + block_.size()};
+  }
+
+ private:
+  CodeBlock block_;
+};
+
+TEST(WordPatch, ExactBytesForEveryLengthAndStraddle) {
+  std::mt19937 rng(12345);
+  for (InlineStore store : {InlineStore::locked, InlineStore::plain}) {
+    WordPatcher wp(WaitPolicy::Ticks(100), store);
+    ASSERT_EQ(wp.init_status(), Status::ok);
+    DataBlock mem;
+    const std::size_t line = x86::cache_line_size();
+    for (std::size_t len = 1; len <= 8; ++len) {
+      // Every start offset from 8 bytes before a boundary to 8 after: covers S = 0..len-1.
+      for (std::size_t off = line * 4 - 8; off <= line * 4 + 8; ++off) {
+        std::uint8_t* p = mem.data() + off;
+        std::uint8_t bytes[8];
+        for (auto& b : bytes) b = static_cast<std::uint8_t>(rng());
+        auto expect = mem.snapshot();
+        std::memcpy(expect.data() + off, bytes, len);
+        ASSERT_EQ(wp.patch(p, {bytes, len}), Status::ok) << "len " << len << " off " << off;
+        ASSERT_EQ(mem.snapshot(), expect) << "len " << len << " off " << off;
+      }
+    }
+  }
+}
+
+TEST(WordPatch, BadInput) {
+  WordPatcher wp(WaitPolicy::Ticks(100));
+  DataBlock mem;
+  const std::uint8_t nine[9] = {};
+  EXPECT_EQ(wp.patch(mem.data() + 10, {nine, 0}), Status::bad_length);
+  EXPECT_EQ(wp.patch(mem.data() + 10, {nine, 9}), Status::bad_length);
+  EXPECT_EQ(wp.patch(nullptr, {nine, 4}), Status::bad_address);
+  static std::uint8_t not_code[16];
+  EXPECT_EQ(wp.patch(not_code, {nine, 4}), Status::not_writable);
+  PatchHandle h;
+  EXPECT_EQ(wp.start_patch(not_code, {nine, 4}, &h), Status::not_writable);
+  EXPECT_EQ(wp.finish_patch(&h), Status::bad_address);  // never started
+  EXPECT_EQ(naive_split_write(mem.data(), {nine, 0}, WaitPolicy::None()), Status::bad_length);
+  EXPECT_EQ(naive_split_write(mem.data(), {nine, 9}, WaitPolicy::None()), Status::bad_length);
+  EXPECT_EQ(naive_split_write(not_code, {nine, 2}, WaitPolicy::None()), Status::not_writable);
+  // x86 store primitives: a range crossing a line has no in-line window.
+  EXPECT_EQ(x86::store_locked(mem.data() + 62, {nine, 4}), Status::bad_address);
+  EXPECT_EQ(x86::store_plain(mem.data() + 62, {nine, 4}), Status::bad_address);
+  EXPECT_EQ(x86::store_locked(mem.data(), {nine, 9}), Status::bad_length);
+}
+
+TEST(WordPatch, NonStraddlingStartPatchCompletesAtOnce) {
+  WordPatcher wp(WaitPolicy::Ticks(1u << 30));  // would take ~0.4 s if it waited
+  DataBlock mem;
+  const std::uint8_t bytes[5] = {1, 2, 3, 4, 5};
+  PatchHandle h;
+  ASSERT_EQ(wp.start_patch(mem.data() + 8, bytes, &h), Status::ok);
+  EXPECT_EQ(h.phase, 3);
+  EXPECT_EQ(h.split, 0);
+  EXPECT_EQ(0, std::memcmp(mem.data() + 8, bytes, 5));
+  EXPECT_EQ(wp.finish_patch(&h), Status::ok);
+}
+
+TEST(WordPatch, StartPatchLocksWithInt3ThenFinishes) {
+  WordPatcher wp(WaitPolicy::Ticks(1000));
+  DataBlock mem;
+  std::uint8_t* site = mem.data() + 128 - 3;  // S = 3
+  const auto before = mem.snapshot();
+  const std::uint8_t bytes[5] = {0x11, 0x22, 0x33, 0x44, 0x55};
+  PatchHandle h;
+  ASSERT_EQ(wp.start_patch(site, bytes, &h), Status::ok);
+  EXPECT_EQ(h.phase, 1);
+  EXPECT_EQ(h.split, 3);
+  // Step 1: only byte 0 changed, to int3; the site is locked in the table.
+  EXPECT_EQ(site[0], x86::kInt3);
+  EXPECT_EQ(0, std::memcmp(site + 1, before.data() + (site - mem.data()) + 1, 4));
+  EXPECT_EQ(detail::site_state(reinterpret_cast<std::uintptr_t>(site)), detail::SiteState::locked);
+
+  // A second patcher on the same site is refused, never blocked.
+  WordPatcher other(WaitPolicy::Ticks(1000));
+  std::thread t([&] {
+    EXPECT_EQ(other.patch(site, bytes), Status::busy);
+    PatchHandle h2;
+    EXPECT_EQ(other.start_patch(site, bytes, &h2), Status::busy);
+  });
+  t.join();
+  EXPECT_EQ(site[0], x86::kInt3);
+
+  ASSERT_EQ(wp.finish_patch(&h), Status::ok);
+  EXPECT_EQ(h.phase, 3);
+  EXPECT_EQ(0, std::memcmp(site, bytes, 5));
+  EXPECT_EQ(detail::site_state(reinterpret_cast<std::uintptr_t>(site)),
+            detail::SiteState::unlocked);
+  // Unlocked: the other patcher may now patch it.
+  EXPECT_EQ(other.patch(site, {before.data() + (site - mem.data()), 5}), Status::ok);
+  EXPECT_EQ(mem.snapshot(), before);
+}
+
+TEST(WordPatch, FinishPatchesAmortisesManySites) {
+  WordPatcher wp(WaitPolicy::Ticks(2000));
+  DataBlock mem;
+  const std::size_t line = x86::cache_line_size();
+  std::vector<PatchHandle> hs(8);
+  auto expect = mem.snapshot();
+  for (std::size_t i = 0; i < hs.size(); ++i) {
+    // Sites in lines 2, 4, 6, ...: S = 1..4 and two non-straddling ones.
+    const std::size_t s = i % 5;
+    const std::size_t off = (2 * i + 2) * line - (s == 0 ? 20 : s);
+    std::uint8_t bytes[5];
+    for (std::size_t k = 0; k < 5; ++k) bytes[k] = static_cast<std::uint8_t>(i * 16 + k);
+    std::memcpy(expect.data() + off, bytes, 5);
+    ASSERT_EQ(wp.start_patch(mem.data() + off, bytes, &hs[i]), Status::ok);
+  }
+  ASSERT_EQ(wp.finish_patches(hs), Status::ok);
+  for (const auto& h : hs) EXPECT_EQ(h.phase, 3);
+  EXPECT_EQ(mem.snapshot(), expect);
+  // An idle handle in the batch is reported, the others still complete.
+  std::vector<PatchHandle> mixed(2);
+  const std::uint8_t b[3] = {9, 9, 9};
+  ASSERT_EQ(wp.start_patch(mem.data() + 2 * line - 1, b, &mixed[0]), Status::ok);
+  EXPECT_EQ(wp.finish_patches(mixed), Status::bad_address);
+  EXPECT_EQ(mixed[0].phase, 3);
+  EXPECT_EQ(0, std::memcmp(mem.data() + 2 * line - 1, b, 3));
+}
+
+TEST(WordPatch, NaiveSplitWriteWritesBothParts) {
+  DataBlock mem;
+  const std::uint8_t bytes[5] = {5, 6, 7, 8, 9};
+  auto expect = mem.snapshot();
+  std::memcpy(expect.data() + 62, bytes, 5);
+  ASSERT_EQ(naive_split_write(mem.data() + 62, bytes, WaitPolicy::Ticks(500)), Status::ok);
+  EXPECT_EQ(mem.snapshot(), expect);
+}
+
+TEST(WordPatch, SyncCorePolicy) {
+  std::error_code ec;
+  const Status reg = sync_core_register(&ec);
+  if (reg == Status::unsupported) GTEST_SKIP() << "kernel lacks membarrier SYNC_CORE";
+  ASSERT_EQ(reg, Status::ok) << ec.message();
+  WordPatcher wp(WaitPolicy::SyncCore());
+  ASSERT_EQ(wp.init_status(), Status::ok);
+  DataBlock mem;
+  const std::uint8_t bytes[6] = {1, 2, 3, 4, 5, 6};
+  ASSERT_EQ(wp.patch(mem.data() + 64 - 2, bytes), Status::ok);
+  EXPECT_EQ(0, std::memcmp(mem.data() + 62, bytes, 6));
+}
+
+// ---- concurrency ----------------------------------------------------------------------------
+struct ConcurrencyParam {
+  unsigned split;
+  int executors;
+  bool sync_core;
+};
+
+class WordPatchConcurrent : public ::testing::TestWithParam<ConcurrencyParam> {};
+
+// Executors call `xor eax,eax; <site>; ret` while the patcher swaps the site between a
+// call (returns 1) and a prefixed NOP (returns 0) that differ in both lines. Any torn
+// fetch is a fault (crash) or a wrong return value.
+TEST_P(WordPatchConcurrent, TogglesUnderExecution) {
+  const auto [split, executors, sync_core] = GetParam();
+  if (sync_core && sync_core_register() != Status::ok) GTEST_SKIP() << "no membarrier SYNC_CORE";
+  const std::uint64_t toggles = sync_core ? 20'000 : 100'000;
+  TestSite ts(split, x86::kNop5Prefixed);
+  for (unsigned i = 0; i < 5; ++i)
+    ASSERT_NE(ts.state_a()[i], ts.state_b()[i]) << "states must differ in byte " << i;
+  WordPatcher wp(sync_core ? WaitPolicy::SyncCore() : WaitPolicy::Ticks(kGenerousWait));
+  ASSERT_EQ(wp.init_status(), Status::ok);
+  const trap::Stats before = trap::stats();
+
+  std::atomic<bool> stop{false};
+  std::atomic<int> started{0};
+  test::ExecCounts counts;
+  std::vector<std::thread> threads;
+  for (int i = 0; i < executors; ++i)
+    threads.emplace_back(test::executor_loop, std::vector{ts.entry()}, &stop, &counts, &started);
+  while (started.load() < executors) std::this_thread::yield();
+
+  std::uint64_t failures = 0;
+  for (std::uint64_t t = 0; t < toggles; ++t) {
+    const bool to_b = (t & 1) == 0;
+    failures += wp.patch(ts.site(), to_b ? ts.state_b() : ts.state_a()) != Status::ok;
+    if ((t >> 1) % 4096 == 0) {
+      ASSERT_TRUE(test::await_execution(counts, to_b ? 0 : 1));
+    }
+  }
+  stop.store(true);
+  for (auto& th : threads) th.join();
+  const trap::Stats after = trap::stats();
+
+  EXPECT_EQ(failures, 0u);
+  EXPECT_EQ(ts.current(), ts.state_a());
+  EXPECT_EQ(counts.ran[2].load(), 0u);
+  EXPECT_GT(counts.ran[0].load(), 0u);
+  EXPECT_GT(counts.ran[1].load(), 0u);
+  EXPECT_EQ(after.chained, before.chained) << "a trap at the site was not recognised";
+  std::printf("S=%u executors=%d %s: %llu patches, call ran %llu, nop ran %llu, "
+              "locked traps %llu, late traps %llu\n",
+              split, executors, sync_core ? "sync-core" : "W=20000",
+              static_cast<unsigned long long>(toggles),
+              static_cast<unsigned long long>(counts.ran[1].load()),
+              static_cast<unsigned long long>(counts.ran[0].load()),
+              static_cast<unsigned long long>(after.locked_hits - before.locked_hits),
+              static_cast<unsigned long long>(after.late_hits - before.late_hits));
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Straddles, WordPatchConcurrent,
+    ::testing::Values(ConcurrencyParam{1, 1, false}, ConcurrencyParam{2, 1, false},
+                      ConcurrencyParam{3, 1, false}, ConcurrencyParam{4, 1, false},
+                      ConcurrencyParam{1, 2, false}, ConcurrencyParam{2, 2, false},
+                      ConcurrencyParam{3, 2, false}, ConcurrencyParam{4, 2, false},
+                      ConcurrencyParam{2, 1, true}, ConcurrencyParam{4, 2, true}),
+    [](const ::testing::TestParamInfo<ConcurrencyParam>& p) {
+      char name[32];
+      std::snprintf(name, sizeof name, "S%u_E%d%s", p.param.split, p.param.executors,
+                    p.param.sync_core ? "_SyncCore" : "");
+      return std::string(name);
+    });
+
+// Two patchers on disjoint sites at once, one executor running both sites.
+TEST(WordPatchConcurrent, DisjointSitesTwoPatchers) {
+  TestSite s2(2, x86::kNop5Prefixed), s3(3, x86::kNop5Prefixed);
+  std::atomic<bool> stop{false};
+  std::atomic<int> started{0};
+  test::ExecCounts counts;
+  std::thread exec(test::executor_loop, std::vector{s2.entry(), s3.entry()}, &stop, &counts,
+                   &started);
+  while (started.load() < 1) std::this_thread::yield();
+  const trap::Stats before = trap::stats();
+  std::atomic<std::uint64_t> failures{0};
+  auto patcher = [&failures](TestSite* ts) {
+    WordPatcher wp(WaitPolicy::Ticks(kGenerousWait));
+    for (int t = 0; t < 20'000; ++t)
+      failures += wp.patch(ts->site(), (t & 1) == 0 ? ts->state_b() : ts->state_a()) != Status::ok;
+  };
+  std::thread p2(patcher, &s2), p3(patcher, &s3);
+  p2.join();
+  p3.join();
+  stop.store(true);
+  exec.join();
+  EXPECT_EQ(failures.load(), 0u);
+  EXPECT_EQ(s2.current(), s2.state_a());
+  EXPECT_EQ(s3.current(), s3.state_a());
+  EXPECT_EQ(counts.ran[2].load(), 0u);
+  EXPECT_EQ(trap::stats().chained, before.chained);
+}
+
+// Many outstanding patches from one thread, finished with amortised waits, while an
+// executor runs all the sites.
+TEST(WordPatchConcurrent, AsyncBatchesUnderExecution) {
+  std::vector<std::unique_ptr<TestSite>> sites;
+  std::vector<TestSite::EntryFn> fns;
+  for (unsigned s = 1; s <= 4; ++s) {
+    sites.push_back(std::make_unique<TestSite>(s, x86::kNop5Prefixed));
+    fns.push_back(sites.back()->entry());
+  }
+  std::atomic<bool> stop{false};
+  std::atomic<int> started{0};
+  test::ExecCounts counts;
+  std::thread exec(test::executor_loop, fns, &stop, &counts, &started);
+  while (started.load() < 1) std::this_thread::yield();
+  WordPatcher wp(WaitPolicy::Ticks(kGenerousWait));
+  std::vector<PatchHandle> hs(sites.size());
+  for (int round = 0; round < 20'000; ++round) {
+    for (std::size_t i = 0; i < sites.size(); ++i) {
+      const auto& ts = *sites[i];
+      ASSERT_EQ(wp.start_patch(ts.site(), (round & 1) == 0 ? ts.state_b() : ts.state_a(), &hs[i]),
+                Status::ok);
+    }
+    ASSERT_EQ(wp.finish_patches(hs), Status::ok);
+  }
+  stop.store(true);
+  exec.join();
+  for (const auto& ts : sites) EXPECT_EQ(ts->current(), ts->state_a());
+  EXPECT_EQ(counts.ran[2].load(), 0u);
+}
+
+}  // namespace
+}  // namespace crossmod
