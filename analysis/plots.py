@@ -61,9 +61,11 @@ def _figure(title: str, subtitle: str, nrows: int = 1, ncols: int = 1,
     return fig, axes
 
 
-def _save(fig, out_dir: Path, name: str, svg: bool, top: float = 0.86) -> list[Path]:
+def _save(fig, out_dir: Path, name: str, svg: bool, top: float = 0.86,
+          tight: bool = True) -> list[Path]:
     out_dir.mkdir(parents=True, exist_ok=True)
-    fig.tight_layout(rect=(0, 0, 1, top))
+    if tight:
+        fig.tight_layout(rect=(0, 0, 1, top))
     png = out_dir / f"{name}.png"
     fig.savefig(png, dpi=110, metadata={"Software": None})
     written = [png]
@@ -89,7 +91,8 @@ def _ns_axis(ax, machine: Machine) -> None:
 
 
 def _rate_series(ax, groups: list[dict], x_key: str, color, label: str, floor: float,
-                 band: bool = True, x_offset: float = 0.0, linestyle: str = "-") -> None:
+                 band: bool = True, x_offset: float = 0.0, linestyle: str = "-",
+                 trend: bool = True) -> None:
     """Draw failure rate vs x: filled circles with Clopper-Pearson 95% intervals where
     failures occurred, downward triangles at the one-sided 95% upper bound where none did."""
     xs = np.array([g[x_key] for g in groups], dtype=float) + x_offset
@@ -102,7 +105,8 @@ def _rate_series(ax, groups: list[dict], x_key: str, color, label: str, floor: f
     # A faint line through every point (rate, or bound where zero) shows the trend;
     # markers say which kind each point is.
     y_all = np.where(zero, bounds, rates)
-    ax.plot(xs, y_all, color=color, linewidth=0.8, alpha=0.35, linestyle=":")
+    if trend:
+        ax.plot(xs, y_all, color=color, linewidth=0.8, alpha=0.35, linestyle=":")
     if nz.any():
         ax.plot(xs[nz], rates[nz], color=color, marker="o", markersize=4.5, linewidth=1.4,
                 linestyle=linestyle, label=label)
@@ -151,8 +155,9 @@ def _tmax_lines(ax, tmax: Optional[TmaxConfig], sweep_tmax: Optional[dict],
     if sweep_tmax and sweep_tmax.get("observed_ticks") is not None \
             and sweep_tmax["observed_ticks"] != cfg_obs:
         t = sweep_tmax["observed_ticks"]
-        ax.axvline(to_x(t), color="#888888", linestyle=":", linewidth=1.4)
-        handles.append(Line2D([], [], color="#888888", linestyle=":",
+        dotted = "#888888" if color == "black" else color
+        ax.axvline(to_x(t), color=dotted, linestyle=":", linewidth=1.4)
+        handles.append(Line2D([], [], color=dotted, linestyle=":",
                               label=f"{prefix}Tmax observed in this sweep = {t:g} ticks"))
     return handles
 
@@ -221,14 +226,15 @@ def heatmap(sweep: Sweep, machine: Machine, protocol: str, out_dir: Path, svg: b
     cmap = plt.get_cmap("viridis").copy()
     cmap.set_bad("#e6e6e6")
 
-    ncols = min(3, len(facets))
+    facet_w = 1.0 + 0.62 * len(waits)
+    facet_h = 1.3 + 0.55 * len(ys)
+    ncols = max(1, min(len(facets), int(15.0 // facet_w)))
     nrows = math.ceil(len(facets) / ncols)
-    width = max(6.0, min(18.0, 1.2 + ncols * (1.0 + 0.55 * len(waits))))
+    fig_w, fig_h = ncols * facet_w + 2.2, nrows * facet_h + 1.7
     fig, axes = _figure(f"{protocol}: failure rate per exposed toggle, wait W × "
                         f"{'site offset' if ykey == 'site_offset' else 'straddle S'}",
                         machine.subtitle(sweep.path) + f"; {len(excluded)} blind/error cells excluded",
-                        nrows, ncols, figsize=(width, 1.6 + nrows * (0.9 + 0.45 * len(ys))),
-                        sharey=True)
+                        nrows, ncols, figsize=(fig_w, fig_h), sharey=True)
     annotate = len(waits) * len(ys) <= 90
     image = None
     for i, (executors, placement) in enumerate(facets):
@@ -247,7 +253,7 @@ def heatmap(sweep: Sweep, machine: Machine, protocol: str, out_dir: Path, svg: b
                 ax.add_patch(Rectangle((xi - 0.5, yi - 0.5), 1, 1, facecolor="white",
                                        edgecolor="#9a9a9a", hatch="////", linewidth=0.0))
                 if annotate:
-                    ax.text(xi, yi, f"0 in\n{g['exposed']:,}\n<{_fmt_p(g['upper_bound_one_sided'])}",
+                    ax.text(xi, yi, f"0/{g['exposed']}\n<{_fmt_p(g['upper_bound_one_sided'])}",
                             ha="center", va="center", fontsize=5.5, color="#222222",
                             bbox=dict(facecolor="white", edgecolor="none", pad=0.5, alpha=0.8))
             elif annotate:
@@ -264,15 +270,18 @@ def heatmap(sweep: Sweep, machine: Machine, protocol: str, out_dir: Path, svg: b
             ax.set_ylabel(ylabel)
     for j in range(len(facets), nrows * ncols):
         axes[j // ncols, j % ncols].set_visible(False)
-    cbar = fig.colorbar(image, ax=axes.ravel().tolist(), shrink=0.9, pad=0.02)
+    top, bottom = 1.0 - 1.25 / fig_h, 0.95 / fig_h
+    left, right = 1.2 / fig_w, 1.0 - 1.0 / fig_w
+    fig.subplots_adjust(top=top, bottom=bottom, left=left, right=right,
+                        hspace=1.0 / facet_h * 1.6, wspace=0.12)
+    cax = fig.add_axes((right + 0.25 / fig_w, bottom, 0.15 / fig_w, top - bottom))
+    cbar = fig.colorbar(image, cax=cax)
     cbar.set_label("failures per exposed toggle (log)")
     legend = [Patch(facecolor="white", edgecolor="#9a9a9a", hatch="////",
-                    label="0 failures (text: exposed toggles, one-sided 95% bound)"),
+                    label="0 failures (text: 0/exposed toggles, one-sided 95% upper bound)"),
               Patch(facecolor="#e6e6e6", label="not tested")]
     fig.legend(handles=legend, loc="lower left", fontsize=7, ncol=2, frameon=False)
     out_dir.mkdir(parents=True, exist_ok=True)
-    fig.subplots_adjust(top=0.80 if nrows == 1 else 0.86, bottom=0.2 if nrows == 1 else 0.12,
-                        right=0.86, hspace=0.7)
     name = f"heatmap_{protocol}"
     written = [out_dir / f"{name}.png"]
     fig.savefig(written[0], dpi=110, metadata={"Software": None})
@@ -309,7 +318,7 @@ def controls(sweep: Sweep, machine: Machine, out_dir: Path, svg: bool = True) ->
     present = [s for s in order if any(g["series"] == s for g in groups)]
     fig, axes = _figure("Controls: failure probability per exposed toggle at the same waits",
                         machine.subtitle(sweep.path) + "; pooled over straddle, executors and "
-                        "placements (wordpatch shown for reference)", figsize=(10.0, 6.2))
+                        "placements (wordpatch shown for reference)", figsize=(10.0, 7.4))
     ax = axes[0, 0]
     width = 0.8 / max(1, len(present))
     aligned_colors = {"aligned, within 8 bytes": "#9467bd", "aligned, crosses an 8-byte boundary": "#c5b0d5",
@@ -327,7 +336,7 @@ def controls(sweep: Sweep, machine: Machine, out_dir: Path, svg: bool = True) ->
         color = aligned_colors.get(series, PROTOCOL_COLORS.get(series, "#333333"))
         _rate_series(ax, sub, "x", color, f"{series}: {summary}", floor, band=False,
                      x_offset=(k - (len(present) - 1) / 2) * width,
-                     linestyle="--" if series == "wordpatch" else "-")
+                     linestyle="--" if series == "wordpatch" else "-", trend=False)
     ax.set_xticks(range(len(waits)))
     labels = []
     for w in waits:
@@ -341,7 +350,8 @@ def controls(sweep: Sweep, machine: Machine, out_dir: Path, svg: bool = True) ->
     ax.set_ylabel("failure probability per exposed toggle (log)")
     ax.grid(True, axis="y", alpha=0.3)
     handles, _ = ax.get_legend_handles_labels()
-    ax.legend(handles=handles + _legend_kinds(), fontsize=7.5, loc="lower left", framealpha=0.9)
+    ax.legend(handles=handles + _legend_kinds(), fontsize=7.5, loc="upper center",
+              bbox_to_anchor=(0.5, -0.16), ncol=2, frameon=False)
     return _save(fig, out_dir, "controls", svg, top=0.90)
 
 
@@ -390,9 +400,9 @@ def latency_hist(samples: dict, machine: Machine, source: Path, out_dir: Path,
             ax.hist(data, bins=bins, histtype="step", color=cmap(j), label=f"{e} executor(s)")
             med = float(np.median(data))
             ns = machine.ticks_to_ns(med)
-            notes.append(f"N={e}: p50 {med:,.0f} t" + (f" ({ns:,.0f} ns)" if ns is not None else ""))
+            notes.append(f"N={e}: p50 {med:,.0f} ticks" + (f" ({ns:,.0f} ns)" if ns is not None else ""))
         ax.set_xscale("log")
-        ax.set_title(op, fontsize=8.5)
+        ax.set_title(op, fontsize=8.5, y=1.0)  # fixed y: auto title placement is slow
         ax.text(0.98, 0.95, "\n".join(notes), transform=ax.transAxes, ha="right", va="top",
                 fontsize=6.5, bbox=dict(facecolor="white", alpha=0.8, edgecolor="none"))
         if i % ncols == 0:
@@ -404,7 +414,12 @@ def latency_hist(samples: dict, machine: Machine, source: Path, out_dir: Path,
         axes[j // ncols, j % ncols].set_visible(False)
     handles = [Patch(facecolor=cmap(j), alpha=0.5, label=f"{e} executor(s)") for j, e in enumerate(execs)]
     fig.legend(handles=handles, loc="upper right", fontsize=8, frameon=False)
-    return _save(fig, out_dir, "latency_hist", svg, top=0.93 if nrows > 2 else 0.88)
+    # tight_layout over a dozen log axes costs seconds; the grid is regular, so fixed margins
+    # in inches do the same job.
+    height = fig.get_figheight()
+    fig.subplots_adjust(left=0.05, right=0.99, top=1.0 - 1.25 / height, bottom=0.75 / height,
+                        hspace=0.45, wspace=0.18)
+    return _save(fig, out_dir, "latency_hist", svg, tight=False)
 
 
 def latency_cdf(samples: dict, machine: Machine, source: Path, out_dir: Path,
@@ -436,14 +451,14 @@ def latency_cdf(samples: dict, machine: Machine, source: Path, out_dir: Path,
         ax.set_ylim(0, 1.02)
         ax.set_title(fam)
         ax.grid(True, which="both", alpha=0.25)
-        ax.legend(fontsize=6.5, loc="lower right", ncol=1 if len(ops) * len(execs) <= 10 else 2)
+        ax.legend(fontsize=6.5, loc="best", ncol=1 if len(ops) * len(execs) <= 10 else 2)
         ax.set_xlabel("latency (TSC ticks, log)")
         ax.xaxis.set_tick_params(labelbottom=True)
         if i % ncols == 0:
             ax.set_ylabel("fraction of samples ≤ latency")
     for j in range(len(families), nrows * ncols):
         axes[j // ncols, j % ncols].set_visible(False)
-    return _save(fig, out_dir, "latency_cdf", svg, top=0.90)
+    return _save(fig, out_dir, "latency_cdf", svg, top=0.93)
 
 
 def _throughput_table(bench: Bench) -> dict[tuple[str, int], dict[float, dict]]:
@@ -482,6 +497,8 @@ def throughput_rate(bench: Bench, machine: Machine, out_dir: Path, svg: bool = T
         plt.close(fig)
         raise Skip(f"{bench.path.name}: no throughput series has a rate:0 baseline to normalise to")
     ax.axhline(1.0, color="black", linewidth=0.8, linestyle="--")
+    ax.annotate("1.0 = same setup without toggling", (0.99, 1.0), xycoords=("axes fraction", "data"),
+                ha="right", va="bottom", fontsize=7)
     ax.set_xscale("log")
     ax.set_xlabel("achieved toggle rate (toggles/s, log)")
     ax.set_ylabel("executor calls/s relative to the same setup at 0 Hz")
@@ -594,7 +611,7 @@ def tmax_overlay(machines: list[tuple[Machine, Sweep, Optional[TmaxConfig]]], ou
         raise Skip("an overlay needs at least two folders with valid wordpatch cells")
     fig, axes = _figure("Tmax across machines: wordpatch failure probability vs wait",
                         "pooled over straddle, executors and placements; x in ns so machines with "
-                        "different TSC rates compare", figsize=(10.0, 6.2))
+                        "different TSC rates compare", figsize=(10.0, 7.6))
     ax = axes[0, 0]
     cmap = plt.get_cmap("tab10")
     all_groups = []
@@ -627,5 +644,6 @@ def tmax_overlay(machines: list[tuple[Machine, Sweep, Optional[TmaxConfig]]], ou
     ax.set_ylabel("failure probability per exposed toggle (log)")
     ax.grid(True, alpha=0.3)
     handles, _ = ax.get_legend_handles_labels()
-    ax.legend(handles=handles + _legend_kinds() + extra, fontsize=7, loc="lower left", framealpha=0.9)
-    return _save(fig, out_dir, "tmax_overlay", svg, top=0.90)
+    ax.legend(handles=handles + _legend_kinds() + extra, fontsize=7, loc="upper center",
+              bbox_to_anchor=(0.5, -0.12), ncol=2, frameon=False)
+    return _save(fig, out_dir, "tmax_overlay", svg, top=0.92)

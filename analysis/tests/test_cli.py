@@ -1,0 +1,79 @@
+"""`python3 -m analysis` end to end on the fixture folders: all plots and summary.json,
+overlays for several folders, skipped plots for missing files (exit 0), exit 2 with the
+file named for malformed input."""
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from analysis import cli
+from analysis.tests.conftest import AMD, INTEL, assert_real_png
+
+SWEEP_PLOTS = ["failure_rate", "heatmap_wordpatch", "heatmap_naive", "heatmap_callpatch",
+               "heatmap_aligned", "heatmap_sync-core", "controls"]
+BENCH_PLOTS = ["latency_hist", "latency_cdf", "throughput_rate", "throughput_executors", "invocation"]
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_end_to_end_single_folder(e2e):
+    assert e2e["rc"] == 0
+    out = e2e["plots"]
+    for name in SWEEP_PLOTS + BENCH_PLOTS:
+        assert_real_png(out / f"{name}.png")
+        assert (out / f"{name}.svg").stat().st_size > 1000
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["machine"]["slug"] == INTEL
+    assert summary["skipped"] == {}
+    assert summary["tmax"]["config"]["observed_ticks"] == 1600
+    assert summary["tmax"]["from_sweep"]["observed_ticks"] == 1600
+    assert len(summary["sweep"]["excluded"]) == 2
+    assert summary["sweep"]["per_protocol"]["callpatch"]["failures"] == 0
+    assert summary["bench"]["errors"][0]["message"] == "more executors than PUs"
+    assert "observed 1600 ticks" in e2e["stdout"] and "0 plots skipped" in e2e["stdout"]
+
+
+def test_overlay_two_folders_and_missing_bench(tree, tmp_path, capsys):
+    # AMD has no bench files: its bench plots are skipped with a message, exit stays 0.
+    # Sweep-only copies keep this test quick; --out collects everything in one place.
+    rc = cli.main([str(tree / "results" / AMD), str(tree / "results" / AMD), "--out", str(tmp_path),
+                   "--no-svg"])
+    assert rc == 0
+    assert_real_png(tmp_path / "tmax_overlay.png")
+    assert_real_png(tmp_path / AMD / "failure_rate.png")
+    summary = json.loads((tmp_path / AMD / "summary.json").read_text())
+    assert set(summary["skipped"]) == set(BENCH_PLOTS)
+    assert not list(tmp_path.glob("**/*.svg"))
+    assert "skip bench plots" in capsys.readouterr().err
+
+
+def test_malformed_input_exit_2(intel_copy, capsys):
+    sweep = next(intel_copy.glob("sweep-*.csv"))
+    lines = sweep.read_text().splitlines()
+    fields = lines[3].split(",")
+    fields[4] = "fast"   # wait_ticks
+    lines[3] = ",".join(fields)
+    sweep.write_text("\n".join(lines) + "\n")
+    assert cli.main([str(intel_copy), "--no-svg"]) == 2
+    err = capsys.readouterr().err
+    assert sweep.name in err and "line 4, column wait_ticks" in err
+
+
+def test_missing_folder_and_empty_folder(tmp_path, capsys):
+    assert cli.main([str(tmp_path / "nope")]) == 2
+    empty = tmp_path / "results" / "empty"
+    empty.mkdir(parents=True)
+    assert cli.main([str(empty)]) == 0
+    summary = json.loads((empty / "plots" / "summary.json").read_text())
+    assert len(summary["skipped"]) == len(SWEEP_PLOTS + BENCH_PLOTS)
+
+
+def test_module_entry_point_runs(tmp_path):
+    # The real `python3 -m analysis` in a subprocess, with only --help to keep it quick.
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    proc = subprocess.run([sys.executable, "-m", "analysis", "--help"], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0 and "results/<machine>" in proc.stdout
+    proc = subprocess.run([sys.executable, "-m", "analysis", str(tmp_path / "missing")], cwd=tmp_path,
+                          env=env, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and "not a directory" in proc.stderr
