@@ -1,0 +1,367 @@
+// Adaptive calibration: controls, ladder + bisection for the wordpatch boundary, then a
+// confirmation budget at and above it. All decisions are made from result rows, so a
+// resumed run replays the same decisions from its file.
+// Thread safety: not thread-safe; not async-signal-safe.
+#include "calibrate.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <set>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "stats.hpp"
+#include "sweep.hpp"
+
+namespace crossmod::harness {
+
+TmaxDerivation derive_tmax(const std::vector<ResultRow>& rows, const std::string& protocol) {
+  TmaxDerivation d;
+  std::set<std::uint64_t> evidence_waits;
+  std::set<std::uint64_t> failing_waits;
+  for (const auto& r : rows) {
+    if (r.protocol != protocol) continue;
+    if (r.low_exposure) ++d.low_exposure_cells;
+    if (r.failed()) {
+      failing_waits.insert(r.wait_ticks);
+    } else if (r.clean_evidence()) {
+      evidence_waits.insert(r.wait_ticks);
+    }
+  }
+  if (!failing_waits.empty()) d.max_failing_wait = *failing_waits.rbegin();
+  for (std::uint64_t w : evidence_waits) {
+    if (!failing_waits.count(w)) d.clean_waits.push_back(w);
+  }
+  for (std::uint64_t w : evidence_waits) {
+    if (!d.max_failing_wait || w > *d.max_failing_wait) {
+      d.observed_ticks = w;
+      break;
+    }
+  }
+  if (d.observed_ticks) {
+    for (const auto& r : rows) {
+      if (r.protocol != protocol || r.wait_ticks < *d.observed_ticks || !r.clean_evidence()) continue;
+      ++d.cells_at_or_above;
+      d.toggles_at_or_above += r.toggles;
+      d.exposed_toggles_at_or_above += r.exposed_toggles;
+    }
+    d.failure_bound_95 = stats::zero_failure_upper_bound(d.exposed_toggles_at_or_above);
+  }
+  return d;
+}
+
+std::uint64_t recommend_tmax(std::uint64_t observed, std::uint64_t c2c) {
+  const std::uint64_t raw = std::max({2 * observed, c2c, std::uint64_t{100}});
+  return (raw + 49) / 50 * 50;
+}
+
+const char* margin_rule_text() {
+  return "recommended = max(2 x observed, measured core-to-core one-way line transfer, 100 ticks), "
+         "rounded up to a multiple of 50 ticks";
+}
+
+std::vector<ControlVerdict> control_verdicts(const std::vector<ResultRow>& rows) {
+  std::vector<ControlVerdict> out;
+  for (const char* proto : {"naive", "aligned", "callpatch", "sync-core"}) {
+    ControlVerdict v;
+    v.protocol = proto;
+    v.positive = v.protocol == "naive";
+    for (const auto& r : rows) {
+      if (r.phase != "control" || r.protocol != proto) continue;
+      ++v.cells;
+      v.toggles += r.toggles;
+      v.exposed_toggles += r.exposed_toggles;
+      v.failures += r.failures;
+      v.crash_or_hang += (r.crash || r.hang) ? 1 : 0;
+      v.low_exposure_cells += r.low_exposure ? 1 : 0;
+      if (r.outcome == "error" || r.outcome == "blind") ++v.inconclusive_cells;
+    }
+    if (v.cells == 0) continue;
+    const std::string low =
+        v.low_exposure_cells ? fmt::format(" ({} low-exposure cells)", v.low_exposure_cells) : "";
+    const std::string inc =
+        v.inconclusive_cells ? fmt::format(" ({} cells error/blind)", v.inconclusive_cells) : "";
+    const bool failed = v.failures > 0 || v.crash_or_hang > 0;
+    if (v.positive) {
+      v.ok = failed;
+      v.verdict = failed
+          ? fmt::format("failed as expected: {} failing toggles in {} exposed toggles{}{}",
+                        v.failures, v.exposed_toggles, low, inc)
+          : fmt::format("did not fail: 0 in {} exposed toggles; exposure may be too low or this "
+                        "hardware did not tear within the budget{}{}",
+                        v.exposed_toggles, low, inc);
+    } else {
+      v.ok = !failed;
+      v.verdict = failed
+          ? fmt::format("FAILED: {} failing toggles ({} crash/hang cells) in {} exposed toggles{}{}",
+                        v.failures, v.crash_or_hang, v.exposed_toggles, low, inc)
+          : v.exposed_toggles == 0
+              ? fmt::format("inconclusive: no exposed toggles{}{}", low, inc)
+              : fmt::format("0 failures in {} exposed toggles, p < {:.3g} at 95%{}{}",
+                            v.exposed_toggles, stats::zero_failure_upper_bound(v.exposed_toggles),
+                            low, inc);
+    }
+    out.push_back(v);
+  }
+  return out;
+}
+
+double ToggleRateModel::waits_per_toggle(Protocol p) const {
+  switch (p) {
+    case Protocol::wordpatch: return 2;
+    case Protocol::naive: return 1;
+    default: return 0;
+  }
+}
+
+void ToggleRateModel::add(const ResultRow& row) {
+  if (row.outcome != "ok" || row.toggles < 100) return;
+  const auto p = protocol_from_name(row.protocol);
+  if (!p) return;
+  const double per = std::max(0.0, row.duration_s - kCellOverheadS) / static_cast<double>(row.toggles) -
+                     waits_per_toggle(*p) * static_cast<double>(row.wait_ticks) / tsc_hz_;
+  auto& b = base_[*p];
+  b.first += std::max(per, 1e-8) * static_cast<double>(row.toggles);
+  b.second += static_cast<double>(row.toggles);
+}
+
+bool ToggleRateModel::knows(Protocol p) const { return base_.count(p) != 0; }
+
+double ToggleRateModel::base_for(Protocol p) const {
+  if (const auto it = base_.find(p); it != base_.end() && it->second.second > 0) {
+    return it->second.first / it->second.second;
+  }
+  // Unknown protocol: the slowest known one, or 1 us.
+  double worst = 1e-6;
+  for (const auto& [q, b] : base_) worst = std::max(worst, b.first / b.second);
+  return worst;
+}
+
+double ToggleRateModel::seconds_for(Protocol p, std::uint64_t w, std::uint64_t toggles) const {
+  const double per = base_for(p) + waits_per_toggle(p) * static_cast<double>(w) / tsc_hz_;
+  return kCellOverheadS + per * static_cast<double>(toggles);
+}
+
+std::uint64_t ToggleRateModel::toggles_for(Protocol p, std::uint64_t w, double slot_s,
+                                           std::uint64_t min_toggles,
+                                           std::uint64_t max_toggles) const {
+  const double per = base_for(p) + waits_per_toggle(p) * static_cast<double>(w) / tsc_hz_;
+  const double n = std::max(0.0, slot_s - kCellOverheadS) / per;
+  if (!(n >= static_cast<double>(min_toggles))) return min_toggles;
+  if (n >= static_cast<double>(max_toggles)) return max_toggles;
+  return static_cast<std::uint64_t>(n);
+}
+
+namespace {
+
+std::uint64_t round_up(std::uint64_t v, std::uint64_t m) { return (v + m - 1) / m * m; }
+
+std::vector<std::uint64_t> plan_confirm_waits(std::uint64_t base, const CalibrateParams& k) {
+  std::vector<std::uint64_t> waits;
+  for (std::size_t i = 0; i < k.confirm_multipliers.size(); ++i) {
+    const double scaled = std::ceil(static_cast<double>(base) * k.confirm_multipliers[i]);
+    std::uint64_t w = std::max(static_cast<std::uint64_t>(scaled), base + i * 2 * k.resolution_ticks);
+    if (i > 0) w = round_up(w, k.resolution_ticks);
+    if (!waits.empty() && w <= waits.back()) w = waits.back() + k.resolution_ticks;
+    waits.push_back(w);
+  }
+  return waits;
+}
+
+}  // namespace
+
+CalibrateOutcome run_calibration(const SweepConfig& cfg, CalibrateEnv& env) {
+  CalibrateOutcome out;
+  const CalibrateParams& k = cfg.calibrate;
+  ToggleRateModel model(env.tsc_hz);
+  std::set<std::string> used_keys;
+  unsigned cell_no = 0;
+
+  std::vector<unsigned> straddles;
+  for (unsigned s : cfg.straddles) {
+    if (s >= 1) straddles.push_back(s);
+  }
+  if (straddles.empty()) straddles = {1, 2, 3, 4};
+  const unsigned n0 = cfg.executors.front();
+  const Placement p0 = cfg.placements.front();
+  const double controls_end = k.budget_s * k.controls_fraction;
+  const double search_end = k.budget_s * (k.controls_fraction + k.search_fraction);
+  const double confirm_end = k.budget_s * (k.controls_fraction + k.search_fraction + k.confirm_fraction);
+
+  auto log = [&](const std::string& s) {
+    if (env.log) env.log(s);
+  };
+
+  // Runs one cell sized to `slot_s`; false when interrupted.
+  auto run_one = [&](CellSpec spec, double slot_s, std::uint64_t max_failures) -> std::optional<ResultRow> {
+    spec.toggles = model.knows(spec.protocol)
+                       ? model.toggles_for(spec.protocol, spec.wait_ticks, slot_s, k.min_toggles, k.max_toggles)
+                       : std::min(k.probe_toggles,
+                                  model.toggles_for(spec.protocol, spec.wait_ticks, slot_s, k.min_toggles, k.max_toggles));
+    spec.max_failures = max_failures;
+    spec.dwell_ticks = cfg.dwell_ticks;
+    spec.watchdog_s =
+        std::max(cfg.watchdog_s, 3 * model.seconds_for(spec.protocol, spec.wait_ticks, spec.toggles) + 10);
+    while (used_keys.count(resume_key(spec))) ++spec.rep;
+    used_keys.insert(resume_key(spec));
+    ++cell_no;
+    const double left = std::max(0.0, k.budget_s - env.elapsed_s());
+    auto row = env.run(spec, fmt::format("{} ({})", cell_no, spec.phase), left);
+    if (!row) {
+      out.interrupted = true;
+      return std::nullopt;
+    }
+    model.add(*row);
+    out.rows.push_back(*row);
+    return row;
+  };
+  auto make = [&](Protocol p, std::uint64_t w, unsigned s, unsigned off, unsigned n, Placement pl,
+                  const char* phase) {
+    CellSpec spec;
+    spec.protocol = p;
+    spec.wait_ticks = w;
+    spec.straddle = s;
+    spec.site_offset = off;
+    spec.executors = n;
+    spec.placement = pl;
+    spec.rep = 0;
+    spec.phase = phase;
+    return spec;
+  };
+  auto slot = [&](double phase_end, std::size_t cells_left) {
+    return std::max(0.0, phase_end - env.elapsed_s()) / static_cast<double>(std::max<std::size_t>(cells_left, 1));
+  };
+
+  // (1) Controls.
+  std::vector<CellSpec> controls;
+  for (unsigned s : straddles) controls.push_back(make(Protocol::naive, k.control_wait_ticks, s, 0, n0, p0, "control"));
+  for (unsigned off : cfg.aligned_offsets) controls.push_back(make(Protocol::aligned, 0, 0, off, n0, p0, "control"));
+  for (unsigned s : straddles) controls.push_back(make(Protocol::callpatch, k.control_wait_ticks, s, 0, n0, p0, "control"));
+  for (unsigned s : straddles) controls.push_back(make(Protocol::sync_core, 0, s, 0, n0, p0, "control"));
+  log(fmt::format("controls: {} cells, ~{} budget", controls.size(), format_duration(controls_end)));
+  for (std::size_t i = 0; i < controls.size(); ++i) {
+    if (!run_one(controls[i], slot(controls_end, controls.size() - i), cfg.max_failures)) return out;
+  }
+  out.controls = control_verdicts(out.rows);
+  for (const auto& v : out.controls) {
+    if (v.positive) out.positive_control_failed = v.ok;
+    if (!v.positive && !v.ok) out.negative_control_failed = true;
+  }
+  if (out.negative_control_failed) {
+    out.notes.push_back("a negative control failed; search and confirmation skipped");
+    out.tmax = derive_tmax(out.rows);
+    return out;
+  }
+
+  // (2) Search: a coarse ladder, then bisection. One failure decides a wait, so search
+  // cells stop at their first failing toggle and a failing wait skips its other S.
+  auto wait_fails = [&](std::uint64_t w, std::size_t est_cells_left) -> std::optional<bool> {
+    for (std::size_t i = 0; i < straddles.size(); ++i) {
+      auto row = run_one(make(Protocol::wordpatch, w, straddles[i], 0, n0, p0, "search"),
+                         slot(search_end, est_cells_left - std::min(i, est_cells_left - 1)), 1);
+      if (!row) return std::nullopt;
+      if (row->failed()) return true;
+    }
+    return false;
+  };
+  const std::size_t nS = straddles.size();
+  const std::size_t bisect_est = 6;
+  log(fmt::format("search: ladder {} ticks, bisect to {} ticks", fmt::join(k.ladder, ","), k.resolution_ticks));
+  bool top_failed = false;
+  for (std::size_t i = 0; i < k.ladder.size(); ++i) {
+    const auto f = wait_fails(k.ladder[i], (k.ladder.size() - i + bisect_est) * nS);
+    if (!f) return out;
+    top_failed = *f;
+  }
+  for (std::uint64_t w = std::max<std::uint64_t>(k.ladder.back() * 2, 50); top_failed && w <= k.max_wait_ticks; w *= 2) {
+    log(fmt::format("search: every ladder wait failed up to here; trying W={}", w));
+    const auto f = wait_fails(w, (bisect_est + 1) * nS);
+    if (!f) return out;
+    top_failed = *f;
+  }
+  TmaxDerivation d = derive_tmax(out.rows);
+  while (d.observed_ticks && d.max_failing_wait && *d.observed_ticks - *d.max_failing_wait > k.resolution_ticks) {
+    const std::uint64_t lo = *d.max_failing_wait, hi = *d.observed_ticks;
+    std::uint64_t mid = lo + (hi - lo) / 2 / k.resolution_ticks * k.resolution_ticks;
+    if (mid <= lo) mid = lo + k.resolution_ticks;
+    if (mid >= hi) break;
+    const auto steps = static_cast<std::size_t>(std::ceil(std::log2(static_cast<double>(hi - lo) / static_cast<double>(k.resolution_ticks))));
+    if (!wait_fails(mid, std::max<std::size_t>(steps, 1) * nS)) return out;
+    d = derive_tmax(out.rows);
+  }
+  if (!d.observed_ticks) {
+    out.notes.push_back(fmt::format("no clean wait found up to {} ticks: the boundary is above the search range",
+                                    k.max_wait_ticks));
+    out.tmax = d;
+    return out;
+  }
+  log(fmt::format("search: boundary at W={} ticks (largest failing: {})", *d.observed_ticks,
+                  d.max_failing_wait ? std::to_string(*d.max_failing_wait) : std::string("none")));
+
+  // (3) Confirmation at W_obs and above, over every S, executor count and placement, in
+  // rounds so that the budget is spread evenly whenever it runs out.
+  std::uint64_t base = *d.observed_ticks;
+  out.confirm_waits = plan_confirm_waits(base, k);
+  bool stop_confirm = false;
+  while (!stop_confirm) {
+    const double left = confirm_end - env.elapsed_s();
+    // A round must afford at least a minimal cell per cell slot; otherwise we are done.
+    std::size_t cells_per_wait = nS * cfg.executors.size() * cfg.placements.size();
+    const double min_round = static_cast<double>(cells_per_wait * out.confirm_waits.size()) *
+                             (ToggleRateModel::kCellOverheadS + 0.05);
+    if (left < min_round) break;
+    const double round_s = std::min(k.confirm_round_s, left);
+    double wsum = 0;
+    for (double w : k.confirm_weights) wsum += w;
+    bool replanned = false;
+    for (std::size_t wi = 0; wi < out.confirm_waits.size() && !replanned; ++wi) {
+      const double cell_s = round_s * (wsum > 0 ? k.confirm_weights[wi] / wsum : 1.0 / static_cast<double>(out.confirm_waits.size())) /
+                            static_cast<double>(cells_per_wait);
+      for (unsigned s : straddles) {
+        for (unsigned n : cfg.executors) {
+          for (Placement pl : cfg.placements) {
+            auto row = run_one(make(Protocol::wordpatch, out.confirm_waits[wi], s, 0, n, pl, "confirm"), cell_s,
+                               cfg.max_failures);
+            if (!row) return out;
+            if (!row->failed()) continue;
+            d = derive_tmax(out.rows);
+            // The next planned wait above the failure is confirmed from scratch; with
+            // none left, the smallest clean wait above it, or twice the failing wait.
+            std::uint64_t new_base = d.observed_ticks ? *d.observed_ticks
+                                                      : round_up(2 * *d.max_failing_wait, k.resolution_ticks);
+            for (std::uint64_t w : out.confirm_waits) {
+              if (w > *d.max_failing_wait) {
+                new_base = std::min(new_base, w);
+                break;
+              }
+            }
+            ++out.replans;
+            log(fmt::format("confirm: failure at W={} (S={} N={}); boundary moves to W={}", row->wait_ticks, s, n,
+                            new_base));
+            out.notes.push_back(fmt::format("confirmation found a failure at W={} ticks; boundary moved to {}",
+                                            row->wait_ticks, new_base));
+            if (out.replans > k.max_replans) {
+              out.notes.push_back("the boundary kept moving; confirmation stopped");
+              stop_confirm = true;
+            }
+            base = new_base;
+            out.confirm_waits = plan_confirm_waits(base, k);
+            replanned = true;
+            break;
+          }
+          if (replanned) break;
+        }
+        if (replanned) break;
+      }
+    }
+  }
+  out.tmax = derive_tmax(out.rows);
+  out.boundary_found = out.tmax.observed_ticks.has_value();
+  if (out.tmax.low_exposure_cells) {
+    out.notes.push_back(fmt::format("{} wordpatch cells had low exposure and are not evidence", out.tmax.low_exposure_cells));
+  }
+  return out;
+}
+
+}  // namespace crossmod::harness

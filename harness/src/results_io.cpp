@@ -1,0 +1,601 @@
+// Results CSV and JSON context files; see the schema in results_io.hpp.
+// Thread safety: not thread-safe; not async-signal-safe.
+#include "results_io.hpp"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cmath>
+#include <cstring>
+#include <ctime>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <stdexcept>
+
+#include <fmt/format.h>
+
+namespace crossmod::harness {
+namespace {
+
+struct ProtocolEntry {
+  Protocol p;
+  const char* name;
+  bool hidden;
+};
+constexpr ProtocolEntry kProtocols[] = {
+    {Protocol::wordpatch, "wordpatch", false},
+    {Protocol::naive, "naive", false},
+    {Protocol::callpatch, "callpatch", false},
+    {Protocol::aligned, "aligned", false},
+    {Protocol::sync_core, "sync-core", false},
+    {Protocol::selftest_hang, "selftest-hang", true},
+    {Protocol::selftest_crash, "selftest-crash", true},
+    {Protocol::selftest_torn, "selftest-torn", true},
+};
+
+struct PlacementEntry {
+  Placement p;
+  const char* name;
+};
+constexpr PlacementEntry kPlacements[] = {
+    {Placement::spread, "spread"},
+    {Placement::smt, "smt"},
+    {Placement::cross_package, "cross-package"},
+};
+
+constexpr const char* kColumns[] = {
+    "schema_version", "cell_id", "phase", "protocol", "wait_ticks", "wait_ns", "straddle",
+    "site_offset", "executors", "placement", "rep", "dwell_ticks", "toggles",
+    "exposed_toggles", "executions", "state_a", "state_b", "traps", "late_traps", "sigill",
+    "sigsegv", "sigbus", "stray_trap", "crash", "hang", "failures", "stopped_early",
+    "low_exposure", "outcome", "duration_s", "patcher_pu", "executor_pus",
+    "first_fault_pc_offset", "first_fault_bytes", "note"};
+constexpr std::size_t kNumColumns = sizeof(kColumns) / sizeof(kColumns[0]);
+
+std::string csv_quote(std::string_view s) {
+  std::string out = "\"";
+  for (char c : s) {
+    if (c == '"') out += '"';
+    // Rows are one line each; a note never breaks the line structure.
+    out += (c == '\n' || c == '\r') ? ' ' : c;
+  }
+  out += '"';
+  return out;
+}
+
+// Splits one CSV line (RFC 4180 quoting, no embedded newlines).
+std::vector<std::string> split_csv(const std::string& line) {
+  std::vector<std::string> fields;
+  std::string cur;
+  bool quoted = false;
+  for (std::size_t i = 0; i < line.size(); ++i) {
+    const char c = line[i];
+    if (quoted) {
+      if (c == '"') {
+        if (i + 1 < line.size() && line[i + 1] == '"') {
+          cur += '"';
+          ++i;
+        } else {
+          quoted = false;
+        }
+      } else {
+        cur += c;
+      }
+    } else if (c == '"') {
+      quoted = true;
+    } else if (c == ',') {
+      fields.push_back(std::move(cur));
+      cur.clear();
+    } else if (c != '\r') {
+      cur += c;
+    }
+  }
+  if (quoted) throw std::runtime_error("unterminated quoted field");
+  fields.push_back(std::move(cur));
+  return fields;
+}
+
+std::uint64_t to_u64(const std::string& s, const char* col) {
+  if (s.empty() || s.find_first_not_of("0123456789") != std::string::npos) {
+    throw std::runtime_error(fmt::format("column {}: '{}' is not a non-negative integer", col, s));
+  }
+  errno = 0;
+  const unsigned long long v = std::strtoull(s.c_str(), nullptr, 10);
+  if (errno == ERANGE) throw std::runtime_error(fmt::format("column {}: '{}' out of range", col, s));
+  return v;
+}
+
+std::int64_t to_i64(const std::string& s, const char* col) {
+  char* end = nullptr;
+  errno = 0;
+  const long long v = std::strtoll(s.c_str(), &end, 10);
+  if (s.empty() || *end != '\0' || errno == ERANGE) {
+    throw std::runtime_error(fmt::format("column {}: '{}' is not an integer", col, s));
+  }
+  return v;
+}
+
+double to_double(const std::string& s, const char* col) {
+  char* end = nullptr;
+  const double v = std::strtod(s.c_str(), &end);
+  if (s.empty() || *end != '\0') {
+    throw std::runtime_error(fmt::format("column {}: '{}' is not a number", col, s));
+  }
+  return v;
+}
+
+bool to_bool01(const std::string& s, const char* col) {
+  if (s == "0") return false;
+  if (s == "1") return true;
+  throw std::runtime_error(fmt::format("column {}: '{}' is not 0 or 1", col, s));
+}
+
+unsigned to_unsigned(const std::string& s, const char* col) {
+  const std::uint64_t v = to_u64(s, col);
+  if (v > 0xffffffffULL) throw std::runtime_error(fmt::format("column {}: '{}' out of range", col, s));
+  return static_cast<unsigned>(v);
+}
+
+void write_all(int fd, const std::string& s, const std::string& path) {
+  std::size_t off = 0;
+  while (off < s.size()) {
+    const ssize_t n = ::write(fd, s.data() + off, s.size() - off);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      throw std::runtime_error(fmt::format("{}: write failed: {}", path, std::strerror(errno)));
+    }
+    off += static_cast<std::size_t>(n);
+  }
+}
+
+}  // namespace
+
+const std::string& results_csv_header() {
+  static const std::string header = [] {
+    std::string h;
+    for (std::size_t i = 0; i < kNumColumns; ++i) {
+      if (i) h += ',';
+      h += kColumns[i];
+    }
+    return h;
+  }();
+  return header;
+}
+
+const char* protocol_name(Protocol p) {
+  for (const auto& e : kProtocols) {
+    if (e.p == p) return e.name;
+  }
+  return "unknown";
+}
+
+std::optional<Protocol> protocol_from_name(std::string_view name) {
+  for (const auto& e : kProtocols) {
+    if (name == e.name) return e.p;
+  }
+  // Accept the C++ spelling too; the CSV always uses the CLI one.
+  if (name == "sync_core") return Protocol::sync_core;
+  return std::nullopt;
+}
+
+bool protocol_is_hidden(Protocol p) {
+  for (const auto& e : kProtocols) {
+    if (e.p == p) return e.hidden;
+  }
+  return true;
+}
+
+const char* placement_name(Placement p) {
+  for (const auto& e : kPlacements) {
+    if (e.p == p) return e.name;
+  }
+  return "unknown";
+}
+
+std::optional<Placement> placement_from_name(std::string_view name) {
+  for (const auto& e : kPlacements) {
+    if (name == e.name) return e.p;
+  }
+  if (name == "cross_package") return Placement::cross_package;
+  return std::nullopt;
+}
+
+ResultRow row_from_result(const CellResult& r, std::uint64_t cell_id, double tsc_hz) {
+  ResultRow row;
+  row.cell_id = cell_id;
+  row.phase = r.spec.phase;
+  row.protocol = protocol_name(r.spec.protocol);
+  row.wait_ticks = r.spec.wait_ticks;
+  row.wait_ns = tsc_hz > 0 ? static_cast<double>(r.spec.wait_ticks) * 1e9 / tsc_hz : 0;
+  row.straddle = r.spec.straddle;
+  // The site's real offset in its line: S = 0 cells at their chosen offset, straddling
+  // cells at line - S (from the runner; 64 - S if it did not report it).
+  row.site_offset = r.spec.straddle == 0 ? r.spec.site_offset
+                    : r.site_line_offset != 0 ? r.site_line_offset
+                                              : 64 - r.spec.straddle;
+  row.executors = r.spec.executors;
+  row.placement = placement_name(r.spec.placement);
+  row.rep = r.spec.rep;
+  row.dwell_ticks = r.dwell_ticks;
+  row.toggles = r.toggles;
+  row.exposed_toggles = r.exposed_toggles;
+  row.executions = r.executions;
+  row.state_a = r.state_a;
+  row.state_b = r.state_b;
+  row.traps = r.traps;
+  row.late_traps = r.late_traps;
+  row.sigill = r.sigill;
+  row.sigsegv = r.sigsegv;
+  row.sigbus = r.sigbus;
+  row.stray_trap = r.stray_trap;
+  row.crash = r.outcome == "crash";
+  row.hang = r.outcome == "hang";
+  row.failures = r.failures;
+  // A child that died or hung failed at least once, whatever it managed to report.
+  if ((row.crash || row.hang) && row.failures == 0) row.failures = 1;
+  row.stopped_early = r.stopped_early;
+  row.low_exposure = r.low_exposure;
+  row.outcome = r.outcome;
+  row.duration_s = r.duration_s;
+  row.patcher_pu = r.patcher_pu;
+  row.executor_pus = r.executor_pus;
+  const bool faulted = r.sigill + r.sigsegv + r.sigbus + r.stray_trap > 0 ||
+                       !r.first_fault_bytes.empty();
+  if (faulted) row.first_fault_pc_offset = static_cast<std::int64_t>(r.first_fault_pc_offset);
+  row.first_fault_bytes = r.first_fault_bytes;
+  row.note = r.note;
+  return row;
+}
+
+std::string format_csv_row(const ResultRow& r) {
+  std::string pus;
+  for (std::size_t i = 0; i < r.executor_pus.size(); ++i) {
+    if (i) pus += ';';
+    pus += std::to_string(r.executor_pus[i]);
+  }
+  return fmt::format(
+      "{},{},{},{},{},{:.1f},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},"
+      "{},{:.3f},{},{},{},{},{}",
+      r.schema_version, r.cell_id, r.phase, r.protocol, r.wait_ticks, r.wait_ns, r.straddle,
+      r.site_offset, r.executors, r.placement, r.rep, r.dwell_ticks, r.toggles,
+      r.exposed_toggles, r.executions, r.state_a, r.state_b, r.traps, r.late_traps, r.sigill,
+      r.sigsegv, r.sigbus, r.stray_trap, r.crash ? 1 : 0, r.hang ? 1 : 0, r.failures,
+      r.stopped_early ? 1 : 0, r.low_exposure ? 1 : 0, r.outcome, r.duration_s, r.patcher_pu,
+      pus, r.first_fault_pc_offset ? std::to_string(*r.first_fault_pc_offset) : std::string(),
+      csv_quote(r.first_fault_bytes), csv_quote(r.note));
+}
+
+ResultRow parse_csv_row(const std::string& line) {
+  const auto f = split_csv(line);
+  if (f.size() != kNumColumns) {
+    throw std::runtime_error(
+        fmt::format("expected {} columns, found {}", kNumColumns, f.size()));
+  }
+  ResultRow r;
+  std::size_t i = 0;
+  auto next = [&]() -> const std::string& { return f[i++]; };
+  auto col = [&]() { return kColumns[i - 1]; };
+  auto u64 = [&]() { const auto& s = next(); return to_u64(s, col()); };
+  auto uns = [&]() { const auto& s = next(); return to_unsigned(s, col()); };
+  auto b01 = [&]() { const auto& s = next(); return to_bool01(s, col()); };
+  r.schema_version = static_cast<int>(uns());
+  if (r.schema_version != kResultsSchemaVersion) {
+    throw std::runtime_error(fmt::format("schema_version {} is not {}", r.schema_version,
+                                         kResultsSchemaVersion));
+  }
+  r.cell_id = u64();
+  r.phase = next();
+  r.protocol = next();
+  r.wait_ticks = u64();
+  { const auto& s = next(); r.wait_ns = to_double(s, col()); }
+  r.straddle = uns();
+  r.site_offset = uns();
+  r.executors = uns();
+  r.placement = next();
+  r.rep = uns();
+  r.dwell_ticks = u64();
+  r.toggles = u64();
+  r.exposed_toggles = u64();
+  r.executions = u64();
+  r.state_a = u64();
+  r.state_b = u64();
+  r.traps = u64();
+  r.late_traps = u64();
+  r.sigill = u64();
+  r.sigsegv = u64();
+  r.sigbus = u64();
+  r.stray_trap = u64();
+  r.crash = b01();
+  r.hang = b01();
+  r.failures = u64();
+  r.stopped_early = b01();
+  r.low_exposure = b01();
+  r.outcome = next();
+  { const auto& s = next(); r.duration_s = to_double(s, col()); }
+  { const auto& s = next(); r.patcher_pu = static_cast<int>(to_i64(s, col())); }
+  {
+    const auto& s = next();
+    std::size_t start = 0;
+    while (!s.empty() && start <= s.size()) {
+      const std::size_t end = std::min(s.find(';', start), s.size());
+      r.executor_pus.push_back(static_cast<int>(to_i64(s.substr(start, end - start), col())));
+      start = end + 1;
+    }
+  }
+  {
+    const auto& s = next();
+    if (!s.empty()) r.first_fault_pc_offset = to_i64(s, col());
+  }
+  r.first_fault_bytes = next();
+  r.note = next();
+  return r;
+}
+
+std::vector<ResultRow> read_results_csv(const std::string& path) {
+  const std::string text = read_file(path);
+  std::vector<ResultRow> rows;
+  std::size_t pos = 0;
+  int lineno = 0;
+  while (pos < text.size()) {
+    const std::size_t nl = text.find('\n', pos);
+    if (nl == std::string::npos) break;  // torn last line: never a whole row
+    const std::string line = text.substr(pos, nl - pos);
+    pos = nl + 1;
+    ++lineno;
+    if (lineno == 1) {
+      if (line != results_csv_header()) {
+        throw std::runtime_error(fmt::format("{}:1: not a crossmod results file (header differs)", path));
+      }
+      continue;
+    }
+    if (line.empty()) continue;
+    try {
+      rows.push_back(parse_csv_row(line));
+    } catch (const std::exception& e) {
+      throw std::runtime_error(fmt::format("{}:{}: {}", path, lineno, e.what()));
+    }
+  }
+  if (lineno == 0) throw std::runtime_error(fmt::format("{}: empty results file", path));
+  return rows;
+}
+
+std::string resume_key(const ResultRow& r) {
+  // Straddling cells are identified by S alone (their offset follows from the line size).
+  return fmt::format("{}|{}|{}|{}|{}|{}|{}|{}", r.protocol, r.wait_ticks, r.straddle,
+                     r.straddle == 0 ? r.site_offset : 0u, r.executors, r.placement, r.rep, r.phase);
+}
+
+std::string resume_key(const CellSpec& s) {
+  return fmt::format("{}|{}|{}|{}|{}|{}|{}|{}", protocol_name(s.protocol), s.wait_ticks,
+                     s.straddle, s.straddle == 0 ? s.site_offset : 0u, s.executors,
+                     placement_name(s.placement), s.rep, s.phase);
+}
+
+ResultsWriter::ResultsWriter(const std::string& path, bool append_existing) : path_(path) {
+  if (append_existing) {
+    // Validates the file and continues its numbering; a torn tail is cut off so the
+    // next row starts on its own line.
+    const auto rows = read_results_csv(path);
+    for (const auto& r : rows) next_id_ = std::max(next_id_, r.cell_id + 1);
+    const std::string text = read_file(path);
+    const std::size_t keep = text.rfind('\n') + 1;
+    if (keep != text.size()) {
+      if (::truncate(path.c_str(), static_cast<off_t>(keep)) != 0) {
+        throw std::runtime_error(fmt::format("{}: truncate failed: {}", path, std::strerror(errno)));
+      }
+    }
+    fd_ = ::open(path.c_str(), O_WRONLY | O_APPEND | O_CLOEXEC);
+  } else {
+    fd_ = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_APPEND | O_CLOEXEC, 0644);
+  }
+  if (fd_ < 0) {
+    throw std::runtime_error(fmt::format("{}: cannot open: {}", path, std::strerror(errno)));
+  }
+  if (!append_existing) {
+    write_all(fd_, results_csv_header() + "\n", path_);
+    ::fsync(fd_);
+  }
+}
+
+ResultsWriter::~ResultsWriter() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+void ResultsWriter::append(ResultRow& row) {
+  row.cell_id = next_id_++;
+  // One write per row: a crash of this process can leave at most one partial line, which
+  // readers ignore (no trailing newline) and the next append truncates.
+  write_all(fd_, format_csv_row(row) + "\n", path_);
+  if (::fsync(fd_) != 0 && errno != EINVAL) {
+    throw std::runtime_error(fmt::format("{}: fsync failed: {}", path_, std::strerror(errno)));
+  }
+}
+
+std::string json_escape(std::string_view s) {
+  std::string out;
+  for (unsigned char c : s) {
+    switch (c) {
+      case '"': out += "\\\""; break;
+      case '\\': out += "\\\\"; break;
+      case '\n': out += "\\n"; break;
+      case '\r': out += "\\r"; break;
+      case '\t': out += "\\t"; break;
+      default:
+        if (c < 0x20) {
+          out += fmt::format("\\u{:04x}", c);
+        } else {
+          out += static_cast<char>(c);
+        }
+    }
+  }
+  return out;
+}
+
+std::string json_string(std::string_view s) {
+  // Built piecewise: GCC 12 warns (-Wrestrict, a false positive) on "\"" + str + "\"".
+  std::string out(1, '"');
+  out += json_escape(s);
+  out += '"';
+  return out;
+}
+
+JsonObject& JsonObject::raw(const std::string& key, std::string json_value) {
+  fields_.emplace_back(key, std::move(json_value));
+  return *this;
+}
+JsonObject& JsonObject::str(const std::string& key, std::string_view value) {
+  return raw(key, json_string(value));
+}
+JsonObject& JsonObject::num(const std::string& key, double value) {
+  if (!std::isfinite(value)) return raw(key, "null");
+  return raw(key, fmt::format("{}", value));
+}
+JsonObject& JsonObject::num(const std::string& key, std::uint64_t value) {
+  return raw(key, std::to_string(value));
+}
+JsonObject& JsonObject::num(const std::string& key, std::int64_t value) {
+  return raw(key, std::to_string(value));
+}
+JsonObject& JsonObject::boolean(const std::string& key, bool value) {
+  return raw(key, value ? "true" : "false");
+}
+
+std::string JsonObject::render(int indent) const {
+  if (fields_.empty()) return "{}";
+  const std::string pad(static_cast<std::size_t>(indent + 2), ' ');
+  std::string out = "{\n";
+  for (std::size_t i = 0; i < fields_.size(); ++i) {
+    out += pad + json_string(fields_[i].first) + ": ";
+    // Re-indent nested multi-line values.
+    std::string v = fields_[i].second;
+    std::string indented;
+    for (char c : v) {
+      indented += c;
+      if (c == '\n') indented += std::string(static_cast<std::size_t>(indent + 2), ' ');
+    }
+    out += indented;
+    out += i + 1 < fields_.size() ? ",\n" : "\n";
+  }
+  out += std::string(static_cast<std::size_t>(indent), ' ') + "}";
+  return out;
+}
+
+std::string json_array_of_strings(const std::vector<std::string>& v) {
+  std::string out = "[";
+  for (std::size_t i = 0; i < v.size(); ++i) {
+    if (i) out += ", ";
+    out += json_string(v[i]);
+  }
+  return out + "]";
+}
+
+void write_file_atomic(const std::string& path, const std::string& text) {
+  const std::string tmp = path + ".tmp";
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) throw std::runtime_error(fmt::format("{}: cannot create: {}", tmp, std::strerror(errno)));
+  try {
+    write_all(fd, text, tmp);
+  } catch (...) {
+    ::close(fd);
+    ::unlink(tmp.c_str());
+    throw;
+  }
+  ::fsync(fd);
+  ::close(fd);
+  if (::rename(tmp.c_str(), path.c_str()) != 0) {
+    const int e = errno;
+    ::unlink(tmp.c_str());
+    throw std::runtime_error(fmt::format("{}: rename failed: {}", path, std::strerror(e)));
+  }
+}
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw std::runtime_error(fmt::format("{}: cannot read: {}", path, std::strerror(errno)));
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+std::optional<std::string> json_find_string(const std::string& json, const std::string& key) {
+  const std::string needle = json_string(key) + ": \"";
+  const std::size_t at = json.find(needle);
+  if (at == std::string::npos) return std::nullopt;
+  std::string out;
+  for (std::size_t i = at + needle.size(); i < json.size(); ++i) {
+    const char c = json[i];
+    if (c == '"') return out;
+    if (c == '\\' && i + 1 < json.size()) {
+      const char n = json[++i];
+      switch (n) {
+        case 'n': out += '\n'; break;
+        case 'r': out += '\r'; break;
+        case 't': out += '\t'; break;
+        case 'u':
+          if (i + 4 < json.size()) {
+            out += static_cast<char>(std::strtol(json.substr(i + 1, 4).c_str(), nullptr, 16));
+            i += 4;
+          }
+          break;
+        default: out += n;
+      }
+    } else {
+      out += c;
+    }
+  }
+  return std::nullopt;
+}
+
+std::string utc_stamp() {
+  const std::time_t t = std::time(nullptr);
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y%m%dT%H%M%SZ", &tm);
+  return buf;
+}
+
+std::string utc_iso8601() {
+  const std::time_t t = std::time(nullptr);
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return buf;
+}
+
+std::optional<std::string> find_resumable(const std::string& dir, const std::string& kind,
+                                          const std::string& config_key) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) return std::nullopt;
+  std::vector<std::string> csvs;
+  for (const auto& e : fs::directory_iterator(dir, ec)) {
+    const std::string name = e.path().filename().string();
+    if (name.rfind("sweep-", 0) == 0 && e.path().extension() == ".csv") {
+      csvs.push_back(e.path().string());
+    }
+  }
+  // Stamps sort lexicographically in time order; newest first.
+  std::sort(csvs.rbegin(), csvs.rend());
+  for (const auto& csv : csvs) {
+    const std::string json_path = csv.substr(0, csv.size() - 4) + ".json";
+    std::string json;
+    try {
+      json = read_file(json_path);
+    } catch (const std::exception&) {
+      continue;
+    }
+    if (json_find_string(json, "kind") == kind &&
+        json_find_string(json, "config_key") == config_key) {
+      return csv;
+    }
+  }
+  return std::nullopt;
+}
+
+}  // namespace crossmod::harness

@@ -1,0 +1,238 @@
+// Cell loop, interrupt handling, progress line and summary table shared by sweep and
+// calibrate. The signal handler only touches sig_atomic_t/atomics and makes
+// async-signal-safe system calls (getpid, open, read, close, kill, _exit).
+#include "sweep.hpp"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cmath>
+#include <cstdio>
+#include <map>
+#include <tuple>
+
+#include <fmt/format.h>
+
+#include "stats.hpp"
+
+namespace crossmod::harness {
+namespace interrupt {
+namespace {
+
+volatile sig_atomic_t g_signal = 0;
+pid_t g_parent = 0;
+
+// Writes "/proc/<pid>/task/<pid>/children" into buf without stdio.
+void children_path(pid_t pid, char* buf) {
+  char digits[24];
+  int n = 0;
+  auto v = static_cast<unsigned long>(pid);
+  do {
+    digits[n++] = static_cast<char>('0' + v % 10);
+    v /= 10;
+  } while (v != 0);
+  char* p = buf;
+  auto put = [&p](const char* s) {
+    while (*s) *p++ = *s++;
+  };
+  auto put_pid = [&]() {
+    for (int i = n - 1; i >= 0; --i) *p++ = digits[i];
+  };
+  put("/proc/");
+  put_pid();
+  put("/task/");
+  put_pid();
+  put("/children");
+  *p = '\0';
+}
+
+void on_signal(int sig) {
+  const int saved_errno = errno;
+  if (getpid() != g_parent) {
+    // A cell's child that inherited this handler: behave like the default action.
+    _exit(128 + sig);
+  }
+  if (g_signal != 0) _exit(128 + g_signal);  // second signal: stop now
+  g_signal = sig;
+  // Kill the running cell's child (the main thread forks cells) so run_cell returns
+  // now instead of at the end of the cell; that cell's row is dropped.
+  char path[96];
+  children_path(g_parent, path);
+  const int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd >= 0) {
+    char buf[512];
+    const ssize_t len = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    long pid = 0;
+    bool in_number = false;
+    for (ssize_t i = 0; i <= len; ++i) {
+      const char c = i < len ? buf[i] : ' ';
+      if (c >= '0' && c <= '9') {
+        pid = pid * 10 + (c - '0');
+        in_number = true;
+      } else if (in_number) {
+        if (pid > 1) kill(static_cast<pid_t>(pid), SIGKILL);
+        pid = 0;
+        in_number = false;
+      }
+    }
+  }
+  errno = saved_errno;
+}
+
+}  // namespace
+
+void install() {
+  g_parent = getpid();
+  struct sigaction sa {};
+  sa.sa_handler = on_signal;
+  sigemptyset(&sa.sa_mask);
+  // SA_RESTART: the runner's waitpid/poll continue; the child's death wakes it.
+  sa.sa_flags = SA_RESTART;
+  sigaction(SIGINT, &sa, nullptr);
+  sigaction(SIGTERM, &sa, nullptr);
+}
+
+bool requested() { return g_signal != 0; }
+int signal_number() { return g_signal; }
+void reset_for_tests() { g_signal = 0; }
+
+}  // namespace interrupt
+
+std::string format_duration(double s) {
+  if (!std::isfinite(s) || s < 0) s = 0;
+  const auto t = static_cast<long>(std::lround(s));
+  if (t >= 3600) return fmt::format("{}h{:02}m", t / 3600, (t % 3600) / 60);
+  if (t >= 60) return fmt::format("{}m{:02}s", t / 60, t % 60);
+  return fmt::format("{}s", t);
+}
+
+std::string describe_cell(const CellSpec& s) {
+  const std::string site = s.straddle == 0 && s.protocol == Protocol::aligned
+                               ? fmt::format("off={}", s.site_offset)
+                               : fmt::format("S={}", s.straddle);
+  return fmt::format("{} W={} {} N={} {} rep{}", protocol_name(s.protocol), s.wait_ticks, site,
+                     s.executors, placement_name(s.placement), s.rep);
+}
+
+Progress::Progress(bool enabled) : enabled_(enabled), tty_(isatty(STDERR_FILENO) == 1) {}
+
+void Progress::show(const std::string& position, const CellSpec& spec,
+                    std::uint64_t failures_so_far, std::optional<double> eta_s) {
+  if (!enabled_) return;
+  const std::string line =
+      fmt::format("cell {}  {} | failures so far {} | ETA {}", position, describe_cell(spec),
+                  failures_so_far, eta_s ? format_duration(*eta_s) : std::string("?"));
+  if (tty_) {
+    fmt::print(stderr, "\r{}\x1b[K", line);
+    dirty_ = true;
+  } else {
+    fmt::print(stderr, "{}\n", line);
+  }
+  std::fflush(stderr);
+}
+
+void Progress::message(const std::string& line) {
+  if (tty_ && dirty_) {
+    fmt::print(stderr, "\r\x1b[K");
+    dirty_ = false;
+  }
+  fmt::print(stderr, "{}\n", line);
+  std::fflush(stderr);
+}
+
+void Progress::finish() {
+  if (tty_ && dirty_) fmt::print(stderr, "\n");
+  dirty_ = false;
+}
+
+CellLoop::CellLoop(ResultsWriter* writer, CellRunner runner, double tsc_hz,
+                   std::vector<ResultRow> resumed, Progress* progress)
+    : writer_(writer), runner_(std::move(runner)), tsc_hz_(tsc_hz), progress_(progress) {
+  for (auto& r : resumed) resumed_.emplace(resume_key(r), std::move(r));
+}
+
+bool CellLoop::is_resumed(const CellSpec& spec) const {
+  return resumed_.count(resume_key(spec)) != 0;
+}
+
+std::optional<ResultRow> CellLoop::run(const CellSpec& spec, const std::string& position,
+                                       std::optional<double> eta_s) {
+  if (interrupt::requested()) return std::nullopt;
+  if (const auto it = resumed_.find(resume_key(spec)); it != resumed_.end()) {
+    ++cells_resumed_;
+    rows_.push_back(it->second);
+    failures_ += it->second.failures;
+    return it->second;
+  }
+  if (progress_) progress_->show(position, spec, failures_, eta_s);
+  const CellResult result = runner_(spec);
+  // The child of an interrupted cell was killed: its result is not a measurement.
+  if (interrupt::requested()) return std::nullopt;
+  ResultRow row = row_from_result(result, 0, tsc_hz_);
+  if (writer_) writer_->append(row);
+  ++cells_run_;
+  failures_ += row.failures;
+  if (progress_ && (row.crash || row.hang || row.outcome == "error" || row.outcome == "blind")) {
+    progress_->message(fmt::format("  cell {}: {} ({})", describe_cell(spec), row.outcome, row.note));
+  }
+  rows_.push_back(row);
+  return row;
+}
+
+void EtaModel::add(const ResultRow& row) {
+  auto& p = per_protocol_[row.protocol];
+  p.first += row.duration_s;
+  p.second += static_cast<double>(row.toggles);
+  seconds_ += row.duration_s;
+  toggles_ += static_cast<double>(row.toggles);
+}
+
+std::optional<double> EtaModel::estimate(const CellSpec& spec) const {
+  const auto it = per_protocol_.find(protocol_name(spec.protocol));
+  double s = seconds_, t = toggles_;
+  if (it != per_protocol_.end() && it->second.second > 0) std::tie(s, t) = it->second;
+  if (t <= 0) return std::nullopt;
+  return s / t * static_cast<double>(spec.toggles);
+}
+
+std::string summary_table(const std::vector<ResultRow>& rows) {
+  struct Agg {
+    std::uint64_t cells = 0, toggles = 0, exposed = 0, failures = 0, crash = 0, hang = 0,
+                  low = 0;
+  };
+  std::map<std::tuple<std::string, std::string, std::uint64_t>, Agg> groups;
+  for (const auto& r : rows) {
+    auto& a = groups[{r.phase, r.protocol, r.wait_ticks}];
+    ++a.cells;
+    a.toggles += r.toggles;
+    a.exposed += r.exposed_toggles;
+    a.failures += r.failures;
+    a.crash += r.crash;
+    a.hang += r.hang;
+    a.low += r.low_exposure;
+  }
+  std::string out = fmt::format("{:<8} {:<10} {:>7} {:>5} {:>12} {:>12} {:>8} {:>5} {:>4} {:>4}  {}\n",
+                                "phase", "protocol", "W", "cells", "toggles", "exposed",
+                                "failures", "crash", "hang", "low", "failure rate per exposed toggle (95%)");
+  for (const auto& [k, a] : groups) {
+    const auto& [phase, proto, w] = k;
+    std::string rate;
+    if (a.exposed == 0) {
+      rate = "no exposed toggles";
+    } else if (a.failures == 0) {
+      rate = fmt::format("0 in {}, p < {:.3g}", a.exposed, stats::zero_failure_upper_bound(a.exposed));
+    } else {
+      const auto ci = stats::clopper_pearson(std::min(a.failures, a.exposed), a.exposed);
+      rate = fmt::format("{:.3g} [{:.3g}, {:.3g}]", stats::rate(a.failures, a.exposed), ci.lower, ci.upper);
+    }
+    out += fmt::format("{:<8} {:<10} {:>7} {:>5} {:>12} {:>12} {:>8} {:>5} {:>4} {:>4}  {}\n", phase,
+                       proto, w, a.cells, a.toggles, a.exposed, a.failures, a.crash, a.hang, a.low,
+                       rate);
+  }
+  return out;
+}
+
+}  // namespace crossmod::harness
