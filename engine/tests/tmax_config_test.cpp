@@ -1,0 +1,253 @@
+// Tmax config loading: valid files, malformed TOML (line reported), missing/ill-typed
+// fields (field named), missing files, the resolution order, and the built-in default.
+#include "crossmod/tmax_config.hpp"
+
+#include <gtest/gtest.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include "crossmod/machine.hpp"
+#include "tmax_config_internal.hpp"
+
+namespace crossmod {
+namespace {
+
+namespace fs = std::filesystem;
+
+const char* const kValid = R"(# written by crossmod calibrate
+schema_version = 1
+
+[machine]
+slug = "amd-fam26-mod2-step1-1pkg"
+vendor = "AuthenticAMD"
+family = 26
+
+[tmax]
+observed_ticks = 800
+recommended_ticks = 1600
+recommended_ns = 615.4
+observed_ns = 307.7
+tsc_hz = 2.6e9
+margin_rule = "2x observed, at least the line transfer time"
+
+[evidence]
+toggles_at_or_above = 1000000
+)";
+
+class TmaxConfigTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/crossmod-tmax-XXXXXX";
+    ASSERT_NE(mkdtemp(tmpl), nullptr);
+    dir_ = tmpl;
+  }
+  void TearDown() override {
+    std::error_code ec;
+    fs::remove_all(dir_, ec);
+  }
+  std::string write(const std::string& name, const std::string& text) {
+    const fs::path p = dir_ / name;
+    fs::create_directories(p.parent_path());
+    std::ofstream(p) << text;
+    return p.string();
+  }
+  // kValid with the line containing `needle` replaced by `replacement`.
+  static std::string edit(const std::string& needle, const std::string& replacement) {
+    std::string s = kValid;
+    const auto pos = s.find(needle);
+    EXPECT_NE(pos, std::string::npos) << needle;
+    const auto eol = s.find('\n', pos);
+    return s.replace(pos, eol - pos, replacement);
+  }
+  fs::path dir_;
+};
+
+TEST_F(TmaxConfigTest, ValidFileLoads) {
+  const std::string path = write("ok.toml", kValid);
+  TmaxConfig cfg;
+  ConfigError err;
+  ASSERT_EQ(load_tmax_config(path, &cfg, &err), Status::ok) << err.to_string();
+  EXPECT_EQ(cfg.recommended_ticks, 1600u);
+  EXPECT_EQ(cfg.observed_ticks, 800u);
+  EXPECT_DOUBLE_EQ(cfg.recommended_ns, 615.4);
+  EXPECT_DOUBLE_EQ(cfg.tsc_hz, 2.6e9);
+  EXPECT_EQ(cfg.machine, "amd-fam26-mod2-step1-1pkg");
+  EXPECT_EQ(cfg.margin_rule, "2x observed, at least the line transfer time");
+  EXPECT_EQ(cfg.source, path);
+  EXPECT_FALSE(cfg.is_default);
+}
+
+TEST_F(TmaxConfigTest, OptionalFieldsMayBeAbsentAndIntegerHzIsAccepted) {
+  const std::string path = write("min.toml",
+                                 "schema_version = 1\n[machine]\nslug = \"x\"\n"
+                                 "[tmax]\nobserved_ticks = 0\nrecommended_ticks = 3000\n"
+                                 "tsc_hz = 3000000000\n");
+  TmaxConfig cfg;
+  ConfigError err;
+  ASSERT_EQ(load_tmax_config(path, &cfg, &err), Status::ok) << err.to_string();
+  EXPECT_EQ(cfg.recommended_ticks, 3000u);
+  EXPECT_DOUBLE_EQ(cfg.recommended_ns, 1000.0) << "derived from ticks and tsc_hz";
+  EXPECT_TRUE(cfg.margin_rule.empty());
+}
+
+TEST_F(TmaxConfigTest, MalformedTomlReportsTheLine) {
+  const std::string path = write("bad.toml", edit("observed_ticks", "observed_ticks = = 3"));
+  TmaxConfig cfg;
+  ConfigError err;
+  EXPECT_EQ(load_tmax_config(path, &cfg, &err), Status::parse_error);
+  EXPECT_EQ(err.file, path);
+  EXPECT_EQ(err.line, 10);
+  EXPECT_FALSE(err.message.empty());
+  EXPECT_NE(err.to_string().find(path + ":10:"), std::string::npos) << err.to_string();
+  EXPECT_TRUE(cfg.is_default) << "output untouched on error";
+}
+
+struct FieldCase {
+  const char* needle;       // line of kValid to replace
+  const char* replacement;  // "" removes the field
+  const char* field;
+  int line;                 // expected line (table header for a missing key)
+};
+
+class TmaxConfigFieldTest : public TmaxConfigTest,
+                            public ::testing::WithParamInterface<FieldCase> {};
+
+TEST_P(TmaxConfigFieldTest, ErrorNamesTheField) {
+  const FieldCase c = GetParam();
+  const std::string path = write("f.toml", edit(c.needle, c.replacement));
+  TmaxConfig cfg;
+  ConfigError err;
+  EXPECT_EQ(load_tmax_config(path, &cfg, &err), Status::parse_error);
+  EXPECT_EQ(err.field, c.field) << err.to_string();
+  EXPECT_EQ(err.line, c.line) << err.to_string();
+  EXPECT_NE(err.to_string().find(c.field), std::string::npos);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Fields, TmaxConfigFieldTest,
+    ::testing::Values(
+        FieldCase{"schema_version", "", "schema_version", 0},
+        FieldCase{"schema_version", "schema_version = \"1\"", "schema_version", 2},
+        FieldCase{"schema_version", "schema_version = 2", "schema_version", 2},
+        FieldCase{"slug", "", "machine.slug", 4},
+        FieldCase{"slug", "slug = 7", "machine.slug", 5},
+        FieldCase{"recommended_ticks", "", "tmax.recommended_ticks", 9},
+        FieldCase{"recommended_ticks", "recommended_ticks = 1.5", "tmax.recommended_ticks", 11},
+        FieldCase{"recommended_ticks", "recommended_ticks = 0", "tmax.recommended_ticks", 11},
+        FieldCase{"observed_ticks", "", "tmax.observed_ticks", 9},
+        FieldCase{"observed_ticks", "observed_ticks = -5", "tmax.observed_ticks", 10},
+        FieldCase{"tsc_hz", "", "tmax.tsc_hz", 9},
+        FieldCase{"tsc_hz", "tsc_hz = \"fast\"", "tmax.tsc_hz", 14},
+        FieldCase{"margin_rule", "margin_rule = 2", "tmax.margin_rule", 15},
+        FieldCase{"[tmax]", "[tmaxx]", "tmax.recommended_ticks", 0}),
+    [](const ::testing::TestParamInfo<FieldCase>& p) {
+      return "Case" + std::to_string(p.index);
+    });
+
+TEST_F(TmaxConfigTest, MissingFileIsNotFound) {
+  TmaxConfig cfg;
+  ConfigError err;
+  const std::string path = (dir_ / "nope.toml").string();
+  EXPECT_EQ(load_tmax_config(path, &cfg, &err), Status::not_found);
+  EXPECT_EQ(err.file, path);
+  EXPECT_EQ(load_tmax_config(dir_.string(), &cfg, &err), Status::not_found) << "a directory";
+}
+
+TEST_F(TmaxConfigTest, ResolutionOrder) {
+  const std::string slug = "test-slug";
+  const std::string first = (dir_ / "a").string();
+  const std::string second = (dir_ / "b").string();
+  TmaxConfig cfg;
+  ConfigError err;
+
+  // Nothing anywhere: the default, flagged as such.
+  ASSERT_EQ(detail::resolve_tmax_config(nullptr, {first, second}, slug, &cfg, &err), Status::ok);
+  EXPECT_TRUE(cfg.is_default);
+  EXPECT_EQ(cfg.recommended_ticks, kDefaultTmaxTicks);
+  EXPECT_EQ(cfg.recommended_ticks, 3000u);
+  EXPECT_EQ(cfg.source, "built-in default");
+
+  // The second directory is used when the first has no file; the first wins when it has.
+  write("b/test-slug.toml", edit("recommended_ticks", "recommended_ticks = 222"));
+  ASSERT_EQ(detail::resolve_tmax_config("", {first, second}, slug, &cfg, &err), Status::ok);
+  EXPECT_EQ(cfg.recommended_ticks, 222u);
+  write("a/test-slug.toml", edit("recommended_ticks", "recommended_ticks = 111"));
+  ASSERT_EQ(detail::resolve_tmax_config(nullptr, {first, second}, slug, &cfg, &err), Status::ok);
+  EXPECT_EQ(cfg.recommended_ticks, 111u);
+  EXPECT_FALSE(cfg.is_default);
+
+  // The environment variable overrides both.
+  const std::string env = write("env.toml", edit("recommended_ticks", "recommended_ticks = 333"));
+  ASSERT_EQ(detail::resolve_tmax_config(env.c_str(), {first, second}, slug, &cfg, &err),
+            Status::ok);
+  EXPECT_EQ(cfg.recommended_ticks, 333u);
+  EXPECT_EQ(cfg.source, env);
+
+  // A broken file found in the search path is an error, not a silent default.
+  write("a/test-slug.toml", "schema_version = [");
+  EXPECT_EQ(detail::resolve_tmax_config(nullptr, {first, second}, slug, &cfg, &err),
+            Status::parse_error);
+}
+
+TEST_F(TmaxConfigTest, EnvironmentNamingABadFileIsAnError) {
+  const std::string bad = write("bad.toml", "[tmax\n");
+  const std::string missing = (dir_ / "missing.toml").string();
+  const char* saved = std::getenv("CROSSMOD_TMAX_CONFIG");
+  const std::string saved_value = saved != nullptr ? saved : "";
+  TmaxConfig cfg;
+  ConfigError err;
+
+  ASSERT_EQ(setenv("CROSSMOD_TMAX_CONFIG", bad.c_str(), 1), 0);
+  EXPECT_EQ(load_tmax_config_auto(&cfg, &err), Status::parse_error);
+  EXPECT_EQ(err.file, bad);
+  EXPECT_EQ(err.line, 1);
+
+  ASSERT_EQ(setenv("CROSSMOD_TMAX_CONFIG", missing.c_str(), 1), 0);
+  EXPECT_EQ(load_tmax_config_auto(&cfg, &err), Status::not_found);
+  EXPECT_NE(err.message.find("CROSSMOD_TMAX_CONFIG"), std::string::npos);
+
+  const std::string good = write("good.toml", kValid);
+  ASSERT_EQ(setenv("CROSSMOD_TMAX_CONFIG", good.c_str(), 1), 0);
+  ASSERT_EQ(load_tmax_config_auto(&cfg, &err), Status::ok);
+  EXPECT_EQ(cfg.recommended_ticks, 1600u);
+
+  if (saved != nullptr) {
+    setenv("CROSSMOD_TMAX_CONFIG", saved_value.c_str(), 1);
+  } else {
+    unsetenv("CROSSMOD_TMAX_CONFIG");
+  }
+}
+
+TEST_F(TmaxConfigTest, AutoWithoutAnyFileIsTheDefault) {
+  // The real search path: ./configs/tmax and <source>/configs/tmax. Run from an empty
+  // directory; skip if a calibrated config for this machine is committed in the source.
+  const std::string slug = machine_slug();
+  if (fs::exists(fs::path(CROSSMOD_SOURCE_DIR) / "configs/tmax" / (slug + ".toml")))
+    GTEST_SKIP() << "configs/tmax/" << slug << ".toml exists in the source tree";
+  const char* saved = std::getenv("CROSSMOD_TMAX_CONFIG");
+  const std::string saved_value = saved != nullptr ? saved : "";
+  unsetenv("CROSSMOD_TMAX_CONFIG");
+  const fs::path cwd = fs::current_path();
+  fs::current_path(dir_);
+  TmaxConfig cfg;
+  ConfigError err;
+  const Status s = load_tmax_config_auto(&cfg, &err);
+  fs::current_path(cwd);
+  if (saved != nullptr) setenv("CROSSMOD_TMAX_CONFIG", saved_value.c_str(), 1);
+  ASSERT_EQ(s, Status::ok) << err.to_string();
+  EXPECT_TRUE(cfg.is_default);
+  EXPECT_EQ(cfg.recommended_ticks, 3000u);
+  EXPECT_EQ(cfg.source, "built-in default");
+}
+
+TEST(ConfigError, Format) {
+  ConfigError e{"f.toml", 3, "tmax.tsc_hz", "must be a number"};
+  EXPECT_EQ(e.to_string(), "f.toml:3: tmax.tsc_hz: must be a number");
+}
+
+}  // namespace
+}  // namespace crossmod
