@@ -176,7 +176,7 @@ def process_folder(folder: Path, out_dir: Path, svg: bool, all_sweeps: bool) -> 
             "observed_ticks": tmax.observed_ticks, "observed_ns": tmax.observed_ns,
             "recommended_ticks": tmax.recommended_ticks, "recommended_ns": tmax.recommended_ns,
             "margin_rule": tmax.margin_rule, "evidence": tmax.evidence},
-        "from_sweep": stats.tmax_from_cells(sweep.valid) if sweep else None,
+        "from_sweep": stats.tmax_from_cells(sweep.rows) if sweep else None,
     }
     if calibrate is not None:
         summary["calibrate"] = calibrate
@@ -204,7 +204,7 @@ def _text_summary(r: FolderResult, out_dir: Path) -> str:
                          f"p < {fs['failure_bound_95']:.2g} at 95%")
         elif fs["above_tested_range"]:
             lines.append(f"  Tmax observed in this sweep: above the largest tested wait "
-                         f"({fs['max_tested_ticks']} ticks still failed)")
+                         f"({fs['max_failing_ticks']} ticks still failed)")
     if sw:
         for p, v in sw["per_protocol"].items():
             if v["failures"]:

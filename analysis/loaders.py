@@ -34,6 +34,7 @@ _INT_COLUMNS = {
 }
 _FLOAT_COLUMNS = {"wait_ns", "duration_s"}
 _FLAG_COLUMNS = {"crash", "hang", "stopped_early", "low_exposure"}
+_SIGNED_COLUMNS = {"patcher_pu"}   # -1: not pinned / unknown
 PHASES = ("grid", "search", "confirm", "control")
 PROTOCOLS = ("wordpatch", "naive", "callpatch", "aligned", "sync-core")
 OUTCOMES = ("ok", "crash", "hang", "error", "blind")
@@ -166,7 +167,7 @@ def _type_sweep_row(path: Path, line: int, raw: dict[str, str]) -> dict[str, Any
                 row[col] = _parse_int(text)
             except ValueError:
                 raise InputError(path, f"line {line}, column {col}: {text!r} is not an integer") from None
-            if row[col] < 0:
+            if row[col] < 0 and col not in _SIGNED_COLUMNS:
                 raise InputError(path, f"line {line}, column {col}: {text!r} is negative")
         elif col in _FLOAT_COLUMNS:
             try:

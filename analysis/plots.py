@@ -171,7 +171,7 @@ def failure_rate(sweep: Sweep, machine: Machine, tmax: Optional[TmaxConfig], out
         raise Skip(f"{sweep.path.name} has no valid wordpatch cells")
     groups = stats.aggregate(cells, ("straddle", "wait_ticks"))
     floor = _floor(groups)
-    sweep_tmax = stats.tmax_from_cells(sweep.valid)
+    sweep_tmax = stats.tmax_from_cells(sweep.rows)
     fig, axes = _figure("wordpatch: failure probability per exposed toggle vs wait W",
                         machine.subtitle(sweep.path) + f"; cells of equal (W, S) pooled over executors, "
                         f"placements, reps and phases; {len(sweep.excluded)} blind/error cells excluded",
@@ -634,7 +634,7 @@ def tmax_overlay(machines: list[tuple[Machine, Sweep, Optional[TmaxConfig]]], ou
         _rate_series(ax, groups, "x_ns", color, label, floor)
         k = (1e9 / m.tsc_hz) if m.tsc_hz else None
         to_ns = (lambda ticks, k=k: ticks * k) if k else (lambda ticks: ticks)
-        sweep_tmax = stats.tmax_from_cells(s.valid)
+        sweep_tmax = stats.tmax_from_cells(s.rows)
         if t is not None and t.observed_ns is not None and not k:
             to_ns = (lambda ticks, t=t: ticks * t.observed_ns / t.observed_ticks)
         extra += _tmax_lines(ax, t, sweep_tmax, to_x=to_ns, color=color, prefix=f"{m.slug}: ")

@@ -159,28 +159,39 @@ def aggregate(rows: list[dict], keys: tuple[str, ...]) -> list[dict]:
     return out
 
 
-def tmax_from_cells(rows: list[dict]) -> dict:
-    """Tmax_observed as DESIGN.md defines it, recomputed from the valid wordpatch cells: the
-    smallest tested W such that every tested W' >= W had zero failures (over all S, N and
-    placements). Also returns the evidence at and above it. `observed_ticks` is None when
-    the largest tested W still failed (Tmax lies above the tested range) or nothing was
-    tested."""
-    per_wait = aggregate([r for r in rows if r["protocol"] == "wordpatch"], ("wait_ticks",))
-    result = {"observed_ticks": None, "observed_ns": None, "waits_tested": len(per_wait),
-              "exposed_at_or_above": 0, "toggles_at_or_above": 0,
+def _failed(r: dict) -> bool:
+    return r["failures"] > 0 or bool(r["crash"]) or bool(r["hang"])
+
+
+def _clean_evidence(r: dict) -> bool:
+    return r["outcome"] == "ok" and not _failed(r) and not r["low_exposure"]
+
+
+def tmax_from_cells(rows: list[dict], protocol: str = "wordpatch") -> dict:
+    """Tmax_observed recomputed from result rows with the harness's rule (DESIGN.md
+    "Statistics and Tmax"; harness/src/calibrate.cpp derive_tmax): the smallest W with
+    clean zero-failure evidence (outcome ok, no fault, not low exposure) above every W
+    where any cell failed (fault, crash or hang), over all S, N and placements. Pass all
+    rows: blind, error and low-exposure cells are never evidence, but their failures count.
+    Also returns the evidence at and above it. observed_ticks is None when no clean W lies
+    above the largest failing W (Tmax above the tested range) or nothing was tested."""
+    cells = [r for r in rows if r["protocol"] == protocol]
+    failing = sorted({r["wait_ticks"] for r in cells if _failed(r)})
+    evidence = sorted({r["wait_ticks"] for r in cells if _clean_evidence(r)})
+    result = {"observed_ticks": None, "observed_ns": None, "waits_tested": len({r["wait_ticks"] for r in cells}),
+              "max_failing_ticks": failing[-1] if failing else None,
+              "cells_at_or_above": 0, "exposed_at_or_above": 0, "toggles_at_or_above": 0,
               "failure_bound_95": None, "above_tested_range": False}
-    if not per_wait:
+    above = [w for w in evidence if not failing or w > failing[-1]]
+    if not above:
+        result["above_tested_range"] = bool(failing)
         return result
-    if per_wait[-1]["failures"] > 0:
-        result["above_tested_range"] = True
-        result["max_tested_ticks"] = per_wait[-1]["wait_ticks"]
-        return result
-    idx = len(per_wait) - 1
-    while idx > 0 and per_wait[idx - 1]["failures"] == 0:
-        idx -= 1
-    tail = per_wait[idx:]
-    exposed = sum(g["exposed"] for g in tail)
-    result.update(observed_ticks=per_wait[idx]["wait_ticks"], observed_ns=per_wait[idx]["wait_ns"],
-                  exposed_at_or_above=exposed, toggles_at_or_above=sum(g["toggles"] for g in tail),
+    observed = above[0]
+    tail = [r for r in cells if r["wait_ticks"] >= observed and _clean_evidence(r)]
+    exposed = sum(r["exposed_toggles"] for r in tail)
+    result.update(observed_ticks=observed,
+                  observed_ns=next(r["wait_ns"] for r in tail if r["wait_ticks"] == observed),
+                  cells_at_or_above=len(tail), exposed_at_or_above=exposed,
+                  toggles_at_or_above=sum(r["toggles"] for r in tail),
                   failure_bound_95=zero_failure_upper_bound(exposed))
     return result

@@ -8,7 +8,9 @@ import sys
 from pathlib import Path
 
 from analysis import cli
+from analysis.loaders import SWEEP_COLUMNS
 from analysis.tests.conftest import AMD, INTEL, assert_real_png
+from analysis.tests.fixtures import STAMP, make_sweep_rows, sweep_context, write_csv
 
 SWEEP_PLOTS = ["failure_rate", "heatmap_wordpatch", "heatmap_naive", "heatmap_callpatch",
                "heatmap_aligned", "heatmap_sync-core", "controls"]
@@ -33,18 +35,36 @@ def test_end_to_end_single_folder(e2e):
     assert "observed 1600 ticks" in e2e["stdout"] and "0 plots skipped" in e2e["stdout"]
 
 
-def test_overlay_two_folders_and_missing_bench(tree, tmp_path, capsys):
-    # AMD has no bench files: its bench plots are skipped with a message, exit stays 0.
-    # Sweep-only copies keep this test quick; --out collects everything in one place.
-    rc = cli.main([str(tree / "results" / AMD), str(tree / "results" / AMD), "--out", str(tmp_path),
-                   "--no-svg"])
-    assert rc == 0
-    assert_real_png(tmp_path / "tmax_overlay.png")
-    assert_real_png(tmp_path / AMD / "failure_rate.png")
-    summary = json.loads((tmp_path / AMD / "summary.json").read_text())
-    assert set(summary["skipped"]) == set(BENCH_PLOTS)
-    assert not list(tmp_path.glob("**/*.svg"))
-    assert "skip bench plots" in capsys.readouterr().err
+def _wordpatch_only(tmp_path: Path, slug: str, seed: int) -> Path:
+    """A small sweep-only folder: wordpatch grid cells of one placement, no bench files."""
+    folder = tmp_path / "results" / slug
+    folder.mkdir(parents=True)
+    rows = [r for r in make_sweep_rows(slug, seed) if r["protocol"] == "wordpatch"
+            and r["executors"] == 1 and r["placement"] == "spread"]
+    write_csv(folder / f"sweep-{STAMP}.csv", SWEEP_COLUMNS, rows)
+    (folder / f"sweep-{STAMP}.json").write_text(json.dumps(sweep_context(slug)))
+    return folder
+
+
+def test_overlay_two_folders_and_missing_inputs(tmp_path, capsys):
+    # Neither folder has bench files or control cells: those plots are skipped with a
+    # message and the exit code stays 0. --out collects everything in one place.
+    a, b = _wordpatch_only(tmp_path, INTEL, 1), _wordpatch_only(tmp_path, AMD, 5)
+    out = tmp_path / "out"
+    assert cli.main([str(a), str(b), "--out", str(out), "--no-svg"]) == 0
+    assert_real_png(out / "tmax_overlay.png")
+    for slug in (INTEL, AMD):
+        assert_real_png(out / slug / "failure_rate.png")
+        assert_real_png(out / slug / "heatmap_wordpatch.png")
+        summary = json.loads((out / slug / "summary.json").read_text())
+        assert set(summary["skipped"]) == set(BENCH_PLOTS) | {
+            "controls", "heatmap_naive", "heatmap_callpatch", "heatmap_aligned", "heatmap_sync-core"}
+        assert summary["tmax"]["config"] is None      # no configs/tmax beside these folders
+        assert summary["tmax"]["from_sweep"]["observed_ticks"] is not None
+    assert not list(out.glob("**/*.svg"))
+    assert not (a / "plots").exists()
+    err = capsys.readouterr().err
+    assert "skip bench plots" in err and "skip controls" in err
 
 
 def test_malformed_input_exit_2(intel_copy, capsys):

@@ -113,7 +113,7 @@ def test_context_tolerates_missing_and_extra_keys(tmp_path):
 
 def test_tmax_config(intel_data, tmp_path):
     cfg = intel_data["tmax"]
-    assert cfg.observed_ticks == 1600 and cfg.recommended_ticks == 2400
+    assert cfg.observed_ticks == 1600 and cfg.recommended_ticks == 3200
     assert cfg.evidence["failure_bound_95"] == pytest.approx(2.5e-6)
     bad = tmp_path / "x.toml"
     bad.write_text("[tmax]\nobserved_ticks = 'soon'\n")

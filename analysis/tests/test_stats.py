@@ -54,7 +54,8 @@ def test_invalid_counts_raise():
 
 def _cell(protocol, wait, failures, exposed, straddle=1, **kw):
     row = dict(protocol=protocol, wait_ticks=wait, wait_ns=wait / 2.5, straddle=straddle,
-               failures=failures, exposed_toggles=exposed, toggles=exposed + 10, crash=0, hang=0)
+               failures=failures, exposed_toggles=exposed, toggles=exposed + 10, crash=0, hang=0,
+               outcome="ok", low_exposure=0)
     row.update(kw)
     return row
 
@@ -75,9 +76,20 @@ def test_tmax_from_cells():
             _cell("wordpatch", 400, 0, 5000), _cell("wordpatch", 500, 0, 5000),
             _cell("naive", 600, 40, 100)]                   # controls never count
     t = stats.tmax_from_cells(rows)
-    assert t["observed_ticks"] == 400
+    assert t["observed_ticks"] == 400 and t["max_failing_ticks"] == 300
     assert t["exposed_at_or_above"] == 10_000
     assert t["failure_bound_95"] == pytest.approx(stats.zero_failure_upper_bound(10_000))
+
+
+def test_tmax_evidence_rules_match_the_harness():
+    # A crash counts as a failure even with failures recorded on an unexposed toggle; a
+    # low-exposure or blind cell is never evidence of zero failures and adds no toggles.
+    rows = [_cell("wordpatch", 100, 0, 1000), _cell("wordpatch", 200, 1, 1, crash=1, outcome="crash"),
+            _cell("wordpatch", 300, 0, 20, low_exposure=1), _cell("wordpatch", 400, 0, 3, outcome="blind"),
+            _cell("wordpatch", 500, 0, 4000), _cell("wordpatch", 500, 0, 9, low_exposure=1)]
+    t = stats.tmax_from_cells(rows)
+    assert t["observed_ticks"] == 500 and t["max_failing_ticks"] == 200
+    assert t["cells_at_or_above"] == 1 and t["exposed_at_or_above"] == 4000
 
 
 def test_tmax_above_tested_range():
