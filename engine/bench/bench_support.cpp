@@ -1,0 +1,273 @@
+// Shared plumbing of the `crossmod bench` suites (see bench_support.hpp).
+// Thread safety: patcher-thread only, except Executors::loop, which runs on executor
+// threads and shares only atomics and its own cache-line-sized slot with the patcher.
+#include "bench_support.hpp"
+
+#include <fmt/core.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <map>
+#include <stdexcept>
+#include <utility>
+
+#include "crossmod/machine.hpp"
+#include "crossmod/wordpatch.hpp"
+#include "crossmod/x86.hpp"
+
+namespace crossmod::bench {
+
+Env& env() {
+  static Env e;
+  return e;
+}
+
+const harness::Assignment& placement(unsigned executors) {
+  static std::map<unsigned, harness::Assignment> cache;
+  auto it = cache.find(executors);
+  if (it == cache.end()) {
+    it = cache.emplace(executors,
+                       env().topology->assign(harness::Placement::spread, executors))
+             .first;
+  }
+  return it->second;
+}
+
+bool pin_patcher(std::string* err) {
+  return env().topology->bind_current_thread(placement(1).patcher_pu, err);
+}
+
+std::string status_message(const char* what, Status s) {
+  std::string m = fmt::format("{}: {}", what, to_string(s));
+  if (s == Status::unsupported) m = kUnsupportedPrefix + m;
+  return m;
+}
+
+// --------------------------------------------------------------------------------
+// Latency samples.
+
+namespace {
+struct SampleSet {
+  std::string benchmark, op;
+  unsigned executors = 0;
+  std::vector<std::uint64_t> ticks;
+};
+std::vector<SampleSet>& sample_log() {
+  static std::vector<SampleSet> log;
+  return log;
+}
+
+std::uint64_t nearest_rank(const std::vector<std::uint64_t>& sorted, double q) {
+  if (sorted.empty()) return 0;
+  auto rank = static_cast<std::size_t>(std::ceil(q * static_cast<double>(sorted.size())));
+  rank = std::clamp<std::size_t>(rank, 1, sorted.size());
+  return sorted[rank - 1];
+}
+}  // namespace
+
+LatencyRecorder::LatencyRecorder(std::string benchmark, std::string op, unsigned executors)
+    : benchmark_(std::move(benchmark)), op_(std::move(op)), executors_(executors) {
+  reservoir_.reserve(kMaxSamples);
+}
+
+void LatencyRecorder::add(std::uint64_t ticks) noexcept {
+  ++count_;
+  sum_ += static_cast<double>(ticks);
+  if (reservoir_.size() < kMaxSamples) {
+    reservoir_.push_back(ticks);
+    return;
+  }
+  // Algorithm R with a xorshift64 generator: deterministic, no allocation.
+  rng_ ^= rng_ << 13;
+  rng_ ^= rng_ >> 7;
+  rng_ ^= rng_ << 17;
+  std::uint64_t j = rng_ % count_;
+  if (j < kMaxSamples) reservoir_[j] = ticks;
+}
+
+void LatencyRecorder::publish(benchmark::State& state) {
+  if (count_ == 0 || state.error_occurred()) return;
+  std::vector<std::uint64_t> sorted = reservoir_;
+  std::sort(sorted.begin(), sorted.end());
+  double mean = sum_ / static_cast<double>(count_);
+  state.counters["ticks_mean"] = mean;
+  state.counters["ticks_p50"] = static_cast<double>(nearest_rank(sorted, 0.50));
+  state.counters["ticks_p90"] = static_cast<double>(nearest_rank(sorted, 0.90));
+  state.counters["ticks_p99"] = static_cast<double>(nearest_rank(sorted, 0.99));
+  state.counters["ns_mean"] = mean * 1e9 / env().tsc_hz;
+  state.counters["samples"] = static_cast<double>(count_);
+
+  auto& log = sample_log();
+  auto it = std::find_if(log.begin(), log.end(),
+                         [&](const SampleSet& s) { return s.benchmark == benchmark_; });
+  if (it == log.end()) it = log.insert(log.end(), SampleSet{benchmark_, op_, executors_, {}});
+  it->op = op_;
+  it->executors = executors_;
+  it->ticks = std::move(reservoir_);
+  reservoir_.clear();
+}
+
+std::size_t write_latency_csv(const std::string& path) {
+  std::FILE* f = std::fopen(path.c_str(), "w");
+  if (!f) throw std::runtime_error(fmt::format("cannot write {}: {}", path, std::strerror(errno)));
+  std::size_t rows = 0;
+  fmt::print(f, "benchmark,op,executors,sample_ticks\n");
+  for (const SampleSet& s : sample_log()) {
+    for (std::uint64_t t : s.ticks) {
+      fmt::print(f, "{},{},{},{}\n", s.benchmark, s.op, s.executors, t);
+      ++rows;
+    }
+  }
+  if (std::fclose(f) != 0)
+    throw std::runtime_error(fmt::format("cannot write {}: {}", path, std::strerror(errno)));
+  return rows;
+}
+
+// --------------------------------------------------------------------------------
+// Executors.
+
+bool Executors::start(unsigned n, std::vector<harness::StressSite::EntryFn> entries,
+                      bool hold, std::string* err) {
+  stop();
+  n_ = 0;
+  if (n == 0) return true;
+  entries_ = std::move(entries);
+  slots_ = std::make_unique<Slot[]>(n);
+  n_ = n;
+  go_.store(!hold, std::memory_order_relaxed);
+  stop_.store(false, std::memory_order_relaxed);
+  const harness::Assignment& a = placement(n);
+  for (unsigned i = 0; i < n; ++i) {
+    int pu = a.executor_pus.at(i);
+    threads_.emplace_back([this, i, pu] { loop(i, pu); });
+  }
+  for (unsigned i = 0; i < n; ++i) {
+    Slot& s = slots_[i];
+    // A held executor reports `running` once pinned, before go(); a free one after its
+    // first round of calls, so latency measurements start with the site in use.
+    while (!s.running.load(std::memory_order_acquire) &&
+           !s.pin_failed.load(std::memory_order_acquire)) {
+      x86::pause();
+    }
+    if (s.pin_failed.load(std::memory_order_acquire)) {
+      if (err) *err = fmt::format("cannot pin executor {} to PU {}", i, a.executor_pus.at(i));
+      stop();
+      return false;
+    }
+  }
+  return true;
+}
+
+void Executors::loop(unsigned index, int pu) {
+  Slot& slot = slots_[index];
+  if (!env().topology->bind_current_thread(pu)) {
+    slot.pin_failed.store(true, std::memory_order_release);
+    return;
+  }
+  const bool held = !go_.load(std::memory_order_acquire);
+  if (held) {
+    slot.running.store(true, std::memory_order_release);
+    while (!go_.load(std::memory_order_acquire)) {
+      if (stop_.load(std::memory_order_relaxed)) return;
+      x86::pause();
+    }
+  }
+  std::uint64_t calls = 0, a = 0;
+  const std::size_t k = entries_.size();
+  bool announced = held;
+  for (;;) {
+    for (std::size_t i = 0; i < k; ++i) a += static_cast<std::uint64_t>(entries_[i]() == 1);
+    calls += k;
+    if (!announced) {
+      slot.running.store(true, std::memory_order_release);
+      announced = true;
+    }
+    if (stop_.load(std::memory_order_relaxed)) break;
+  }
+  slot.calls = calls;
+  slot.state_a = a;
+}
+
+void Executors::stop() noexcept {
+  if (threads_.empty()) return;
+  stop_.store(true, std::memory_order_relaxed);
+  for (auto& t : threads_) t.join();  // join() publishes the slots' plain counters
+  threads_.clear();
+}
+
+std::uint64_t Executors::calls() const noexcept {
+  std::uint64_t c = 0;
+  if (slots_)
+    for (unsigned i = 0; i < n_; ++i) c += slots_[i].calls;
+  return c;
+}
+
+std::uint64_t Executors::state_a() const noexcept {
+  std::uint64_t c = 0;
+  if (slots_)
+    for (unsigned i = 0; i < n_; ++i) c += slots_[i].state_a;
+  return c;
+}
+
+std::vector<pthread_t> Executors::handles() {
+  std::vector<pthread_t> h;
+  for (auto& t : threads_) h.push_back(t.native_handle());
+  return h;
+}
+
+// --------------------------------------------------------------------------------
+// Fixtures and sites.
+
+namespace {
+struct FixtureSlot {
+  std::string key;
+  std::unique_ptr<Fixture> fixture;
+};
+FixtureSlot& fixture_slot() {
+  static FixtureSlot slot;
+  return slot;
+}
+}  // namespace
+
+Fixture* find_fixture(const std::string& key) {
+  FixtureSlot& s = fixture_slot();
+  return (s.fixture && s.key == key) ? s.fixture.get() : nullptr;
+}
+
+void store_fixture(const std::string& key, std::unique_ptr<Fixture> f) {
+  FixtureSlot& s = fixture_slot();
+  s.fixture = std::move(f);
+  s.key = key;
+}
+
+void release_fixture() {
+  FixtureSlot& s = fixture_slot();
+  s.fixture.reset();
+  s.key.clear();
+}
+
+Status set_quiescent(std::uint8_t* site, std::span<const std::uint8_t> bytes) {
+  if (std::memcmp(site, bytes.data(), bytes.size()) == 0) return Status::ok;
+  static WordPatcher setup_writer(WaitPolicy::None());
+  return setup_writer.patch(site, bytes);
+}
+
+std::unique_ptr<harness::StressSite> make_site(unsigned straddle, std::string* why,
+                                               std::span<const std::uint8_t> state_b) {
+  std::unique_ptr<harness::StressSite> s =
+      harness::StressSite::create(straddle, kInlineOffset, why, state_b);
+  if (!s) {
+    *why = fmt::format("stress site S={}: {}", straddle, *why);
+    return nullptr;
+  }
+  Status st = set_quiescent(s->site(), s->state_a());
+  if (st != Status::ok) {
+    *why = status_message("setting the site to state A", st);
+    return nullptr;
+  }
+  return s;
+}
+
+}  // namespace crossmod::bench

@@ -1,0 +1,212 @@
+#!/usr/bin/python3
+"""Validate the output of `crossmod bench` (smoke test; never asserts a speed).
+
+  check_bench_json.py --run BUILD/crossmod   run `crossmod bench --smoke ...` in a temp dir
+                                             and validate what it wrote
+  check_bench_json.py --dir DIR [--summary]  validate the newest bench-<stamp>.json in DIR
+
+Checks: the JSON context carries the crossmod fields; every expected benchmark of the
+latency/, invoke/ and throughput/ families is present with its counters; no benchmark
+failed except documented skips (error message starting with "unsupported: "); the
+latency CSV has the documented columns and at most 20000 samples per benchmark; the
+summary (when asked for) has ratios and the noise note.
+"""
+import argparse
+import csv
+import glob
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+
+SCHEMA_VERSION = "1"
+MAX_SAMPLES = 20000
+UNSUPPORTED_PREFIX = "unsupported: "
+CONTEXT_KEYS = [
+    "crossmod_schema_version", "tmax_ticks", "tmax_source", "tmax_is_default",
+    "machine_slug", "tsc_hz", "patcher_pu", "executor_pus",
+]
+LATENCY_COUNTERS = ["ticks_mean", "ticks_p50", "ticks_p90", "ticks_p99", "ns_mean"]
+INVOKE_COUNTERS = ["ns_per_call", "ticks_per_call"]
+THROUGHPUT_COUNTERS = ["calls_per_s", "achieved_toggles_per_s", "state_a_fraction", "imbalance"]
+
+LATENCY_OPS = (
+    ["wordpatch_inline_activate", "wordpatch_inline_deactivate"]
+    + [f"wordpatch_straddle_s{s}" for s in range(1, 5)]
+    + ["wordpatch_async_batch16"]
+    + [f"callpatch_s{s}" for s in range(0, 5)]
+    + [f"synccore_straddle_s{s}" for s in range(1, 5)]
+    + ["stop_the_world", "mprotect_callpatch"]
+)
+INVOKE_VARIANTS = (
+    ["empty_loop", "direct_call", "flag_guard_off", "flag_guard_on", "active_site",
+     "nop5_site", "nop5_prefixed_site"]
+    + [f"callpatch_off_s{s}" for s in range(0, 5)]
+)
+SMOKE_RATES = [0, 100000, 1000000]
+FULL_RATES = [0, 10, 100, 1000, 10000, 100000, 1000000]
+NAME_RE = re.compile(
+    r"^(latency/[a-z0-9_]+/executors:\d+"
+    r"|invoke/[a-z0-9_]+"
+    r"|throughput/(callpatch|wordpatch)/rate:\d+/executors:\d+)$")
+
+
+class Problems:
+    def __init__(self):
+        self.items = []
+
+    def add(self, msg):
+        self.items.append(msg)
+
+    def check(self, cond, msg):
+        if not cond:
+            self.add(msg)
+        return cond
+
+
+def newest(pattern):
+    files = sorted(glob.glob(pattern))
+    return files[-1] if files else None
+
+
+def validate(out_dir, want_summary, p):
+    jsons = [f for f in glob.glob(os.path.join(out_dir, "bench-*.json"))
+             if not f.endswith("-summary.json")]
+    if not p.check(jsons, f"no bench-<stamp>.json in {out_dir}"):
+        return
+    path = sorted(jsons)[-1]
+    stem = path[:-len(".json")]
+    with open(path) as f:
+        doc = json.load(f)
+
+    ctx = doc.get("context", {})
+    for k in CONTEXT_KEYS:
+        p.check(k in ctx, f"context lacks {k}")
+    p.check(ctx.get("crossmod_schema_version") == SCHEMA_VERSION,
+            f"crossmod_schema_version is {ctx.get('crossmod_schema_version')!r}")
+    p.check(ctx.get("tmax_is_default") in ("true", "false"), "tmax_is_default not a bool")
+    try:
+        p.check(int(ctx.get("tmax_ticks", "0")) > 0, "tmax_ticks is not positive")
+        p.check(float(ctx.get("tsc_hz", "0")) > 0, "tsc_hz is not positive")
+    except ValueError as e:
+        p.add(f"context number does not parse: {e}")
+
+    runs = {}
+    for b in doc.get("benchmarks", []):
+        if b.get("run_type", "iteration") != "iteration":
+            continue
+        name = b["name"]
+        p.check(NAME_RE.match(name), f"benchmark name outside the scheme: {name}")
+        runs[name] = b
+
+    smoke = ctx.get("bench_mode") == "smoke"
+    max_exec = int(ctx.get("throughput_max_executors", "1"))
+    expected = [f"latency/{op}/executors:{n}" for n in (0, 1) for op in LATENCY_OPS]
+    expected += [f"invoke/{v}" for v in INVOKE_VARIANTS]
+    expected += [f"throughput/{proto}/rate:{r}/executors:{n}"
+                 for proto in ("callpatch", "wordpatch")
+                 for n in range(1, max_exec + 1)
+                 for r in (SMOKE_RATES if smoke else FULL_RATES)]
+    for fam in ("latency/", "invoke/", "throughput/"):
+        p.check(any(n.startswith(fam) for n in runs), f"family {fam} missing")
+
+    skipped = []
+    for name in expected:
+        b = runs.get(name)
+        if not p.check(b is not None, f"missing benchmark {name}"):
+            continue
+        if b.get("error_occurred"):
+            msg = b.get("error_message", "")
+            if p.check(msg.startswith(UNSUPPORTED_PREFIX), f"{name} failed: {msg}"):
+                skipped.append(f"{name}: {msg}")
+            continue
+        counters = (LATENCY_COUNTERS if name.startswith("latency/")
+                    else INVOKE_COUNTERS if name.startswith("invoke/") else THROUGHPUT_COUNTERS)
+        for c in counters:
+            if p.check(c in b, f"{name} lacks counter {c}"):
+                v = b[c]
+                p.check(isinstance(v, (int, float)) and v == v and v >= 0,
+                        f"{name} counter {c} = {v!r}")
+    for name, b in runs.items():
+        if name not in expected and b.get("error_occurred"):
+            msg = b.get("error_message", "")
+            p.check(msg.startswith(UNSUPPORTED_PREFIX), f"{name} failed: {msg}")
+
+    csv_path = stem + "-latency.csv"
+    if p.check(os.path.exists(csv_path), f"no {os.path.basename(csv_path)}"):
+        per = {}
+        with open(csv_path, newline="") as f:
+            r = csv.reader(f)
+            header = next(r, None)
+            p.check(header == ["benchmark", "op", "executors", "sample_ticks"],
+                    f"CSV header is {header}")
+            for row in r:
+                if not p.check(len(row) == 4 and row[3].isdigit(), f"bad CSV row {row}"):
+                    break
+                per[row[0]] = per.get(row[0], 0) + 1
+        for name, n in per.items():
+            p.check(n <= MAX_SAMPLES, f"{name}: {n} samples > {MAX_SAMPLES}")
+        for name in expected:
+            if name.startswith("latency/") and name in runs and not runs[name].get("error_occurred"):
+                p.check(per.get(name, 0) > 0, f"no latency samples for {name}")
+
+    if want_summary:
+        spath = stem + "-summary.json"
+        if p.check(os.path.exists(spath), f"no {os.path.basename(spath)}"):
+            with open(spath) as f:
+                s = json.load(f)
+            p.check(str(s.get("crossmod_schema_version")) == SCHEMA_VERSION, "summary schema")
+            p.check("noisy" in s.get("note", ""), "summary lacks the noise note")
+            ratios = s.get("ratios", [])
+            p.check(len(ratios) > 0, "summary has no ratios")
+            for r in ratios:
+                p.check(isinstance(r.get("value"), (int, float)), f"ratio without value: {r}")
+            names = " ".join(r.get("name", "") for r in ratios)
+            for needle in ("vs paper", "(2 x Tmax)", "stop_the_world", "mprotect_callpatch",
+                           "calls_per_s at 100000 Hz", "active_site / direct_call"):
+                p.check(needle in names, f"summary lacks a ratio for '{needle}'")
+    return skipped
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    g = ap.add_mutually_exclusive_group(required=True)
+    g.add_argument("--run", metavar="CROSSMOD", help="run this binary's bench --smoke first")
+    g.add_argument("--dir", help="validate existing output in DIR")
+    ap.add_argument("--summary", action="store_true", help="with --dir: require the summary")
+    ap.add_argument("--min-time", default="0.01")
+    args = ap.parse_args()
+
+    p = Problems()
+    keep = None
+    if args.run:
+        work = tempfile.mkdtemp(prefix="crossmod-bench-smoke-")
+        out = os.path.join(work, "out")
+        cmd = [args.run, "bench", "--smoke", "--min-time", args.min_time, "--out", out,
+               "--summary"]
+        print("running:", " ".join(cmd), flush=True)
+        rc = subprocess.run(cmd, cwd=work).returncode
+        p.check(rc == 0, f"crossmod bench exited with {rc}")
+        skipped = validate(out, True, p) or []
+        keep = work
+    else:
+        skipped = validate(args.dir, args.summary, p) or []
+
+    for s in skipped:
+        print("documented skip:", s)
+    if p.items:
+        for m in p.items:
+            print("FAIL:", m, file=sys.stderr)
+        if keep:
+            print("output kept in", keep, file=sys.stderr)
+        return 1
+    if keep:
+        subprocess.run(["rm", "-rf", keep])
+    print("bench output OK")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
