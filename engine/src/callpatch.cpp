@@ -6,6 +6,8 @@
 
 #include <cstring>
 #include <mutex>
+#include <new>
+#include <utility>
 #include <span>
 
 #include "crossmod/code_memory.hpp"
@@ -24,6 +26,9 @@ inline constexpr std::size_t kTrampolineSize = 4096;
 std::mutex g_tramp_mutex;
 std::uint8_t* g_tramps[kMaxTrampolines];
 int g_tramp_count = 0;
+// Storage for the blocks, constructed in place and never destroyed: no heap allocation
+// to leak, and no static destructor unmapping a trampoline another thread may still call.
+alignas(CodeBlock) unsigned char g_tramp_blocks[kMaxTrampolines][sizeof(CodeBlock)];
 
 bool reaches(const std::uint8_t* site, const std::uint8_t* tramp) noexcept {
   return rel32_reachable(reinterpret_cast<std::uintptr_t>(site) + x86::kCallLen,
@@ -46,17 +51,14 @@ Status trampoline_near(const std::uint8_t* site, std::uint8_t** out) noexcept {
         return Status::ok;
       }
     if (g_tramp_count == kMaxTrampolines) return Status::table_full;
-    auto* block = new (std::nothrow) CodeBlock;  // intentionally never deleted
-    if (block == nullptr) return Status::os_error;
-    const Status s = CodeBlock::allocate(kTrampolineSize, site, block);
-    if (s != Status::ok) {
-      delete block;
-      return s;
-    }
+    CodeBlock fresh;
+    const Status s = CodeBlock::allocate(kTrampolineSize, site, &fresh);
+    if (s != Status::ok) return s;
+    if (!reaches(site, fresh.data())) return Status::out_of_range;  // allocate() promised
+    auto* block = new (g_tramp_blocks[g_tramp_count]) CodeBlock(std::move(fresh));
     std::uint8_t* t = block->data();
     std::memset(t, x86::kInvalid64, block->size());
     t[0] = x86::kRet;
-    if (!reaches(site, t)) return Status::out_of_range;  // allocate() promised otherwise
     g_tramps[g_tramp_count++] = t;
     *out = t;
     return Status::ok;
