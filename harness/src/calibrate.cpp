@@ -119,11 +119,16 @@ void ToggleRateModel::add(const ResultRow& row) {
   if (row.outcome != "ok" || row.toggles < 100) return;
   const auto p = protocol_from_name(row.protocol);
   if (!p) return;
-  const double per = std::max(0.0, row.duration_s - kCellOverheadS) / static_cast<double>(row.toggles) -
+  const double per = row.duration_s / static_cast<double>(row.toggles) -
                      waits_per_toggle(*p) * static_cast<double>(row.wait_ticks) / tsc_hz_;
   auto& b = base_[*p];
   b.first += std::max(per, 1e-8) * static_cast<double>(row.toggles);
   b.second += static_cast<double>(row.toggles);
+}
+
+void ToggleRateModel::add_overhead(double seconds) {
+  // Moving average: the machine's load changes during a run.
+  overhead_s_ = 0.7 * overhead_s_ + 0.3 * std::clamp(seconds, 0.0, 10.0);
 }
 
 bool ToggleRateModel::knows(Protocol p) const { return base_.count(p) != 0; }
@@ -140,14 +145,14 @@ double ToggleRateModel::base_for(Protocol p) const {
 
 double ToggleRateModel::seconds_for(Protocol p, std::uint64_t w, std::uint64_t toggles) const {
   const double per = base_for(p) + waits_per_toggle(p) * static_cast<double>(w) / tsc_hz_;
-  return kCellOverheadS + per * static_cast<double>(toggles);
+  return overhead_s_ + per * static_cast<double>(toggles);
 }
 
 std::uint64_t ToggleRateModel::toggles_for(Protocol p, std::uint64_t w, double slot_s,
                                            std::uint64_t min_toggles,
                                            std::uint64_t max_toggles) const {
   const double per = base_for(p) + waits_per_toggle(p) * static_cast<double>(w) / tsc_hz_;
-  const double n = std::max(0.0, slot_s - kCellOverheadS) / per;
+  const double n = std::max(0.0, slot_s - overhead_s_) / per;
   if (!(n >= static_cast<double>(min_toggles))) return min_toggles;
   if (n >= static_cast<double>(max_toggles)) return max_toggles;
   return static_cast<std::uint64_t>(n);
@@ -206,13 +211,16 @@ CalibrateOutcome run_calibration(const SweepConfig& cfg, CalibrateEnv& env) {
     while (used_keys.count(resume_key(spec))) ++spec.rep;
     used_keys.insert(resume_key(spec));
     ++cell_no;
-    const double left = std::max(0.0, k.budget_s - env.elapsed_s());
+    const double before = env.elapsed_s();
+    const double left = std::max(0.0, k.budget_s - before);
     auto row = env.run(spec, fmt::format("{} ({})", cell_no, spec.phase), left);
     if (!row) {
       out.interrupted = true;
       return std::nullopt;
     }
     model.add(*row);
+    const double wall = env.elapsed_s() - before;
+    if (wall > row->duration_s) model.add_overhead(wall - row->duration_s);
     out.rows.push_back(*row);
     return row;
   };
@@ -309,7 +317,7 @@ CalibrateOutcome run_calibration(const SweepConfig& cfg, CalibrateEnv& env) {
     // A round must afford at least a minimal cell per cell slot; otherwise we are done.
     std::size_t cells_per_wait = nS * cfg.executors.size() * cfg.placements.size();
     const double min_round = static_cast<double>(cells_per_wait * out.confirm_waits.size()) *
-                             (ToggleRateModel::kCellOverheadS + 0.05);
+                             (model.overhead_s() + 0.05);
     if (left < min_round) break;
     const double round_s = std::min(k.confirm_round_s, left);
     double wsum = 0;

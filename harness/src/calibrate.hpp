@@ -87,12 +87,16 @@ class ToggleRateModel {
   std::uint64_t toggles_for(Protocol p, std::uint64_t wait_ticks, double slot_s,
                             std::uint64_t min_toggles, std::uint64_t max_toggles) const;
   double seconds_for(Protocol p, std::uint64_t wait_ticks, std::uint64_t toggles) const;
-  static constexpr double kCellOverheadS = 0.15;
+  // Wall time of a cell beyond its own duration_s (fork, setup, dwell warm-up); learned.
+  void add_overhead(double seconds);
+  double overhead_s() const { return overhead_s_; }
+  static constexpr double kCellOverheadS = 0.15;  // the first guess
 
  private:
   double waits_per_toggle(Protocol p) const;
   double base_for(Protocol p) const;
   double tsc_hz_;
+  double overhead_s_ = kCellOverheadS;
   std::map<Protocol, std::pair<double, double>> base_;  // sum of base seconds, toggles
 };
 

@@ -1,11 +1,377 @@
-// `crossmod calibrate` (placeholder until its issue lands).
+// `crossmod calibrate`: controls, adaptive boundary search and confirmation for wordpatch
+// (calibrate.hpp), all cells in one sweep CSV; then configs/tmax/<slug>.toml with Tmax
+// observed/recommended and its evidence, and results/<slug>/calibrate-<stamp>.json.
+// Thread safety: runs on the main thread; installs SIGINT/SIGTERM handlers (sweep.hpp).
 #include <CLI/CLI.hpp>
+#include <fmt/format.h>
 
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <optional>
+
+#include "c2c_shim.hpp"
+#include "calibrate.hpp"
+#include "cell.hpp"
 #include "commands.hpp"
+#include "crossmod/machine.hpp"
+#include "preset.hpp"
+#include "results_io.hpp"
+#include "run_context.hpp"
+#include "stats.hpp"
+#include "sweep.hpp"
+#include "topology.hpp"
 
 namespace crossmod::harness {
-void register_calibrate(CLI::App& app) {
-  auto* cmd = app.add_subcommand("calibrate", "not implemented yet");
-  cmd->callback([] { throw UsageError("'calibrate' is not implemented yet"); });
+namespace {
+
+struct CalibrateArgs {
+  std::string preset = "quick", config, out, tmax_out;
+  bool resume = false;
+  bool quiet = false;
+  double budget_s = 0;
+};
+
+// TOML basic string.
+std::string toml_string(std::string_view s) {
+  std::string out(1, '"');
+  for (unsigned char c : s) {
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += static_cast<char>(c);
+    } else if (c < 0x20) {
+      out += fmt::format("\\u{:04X}", c);
+    } else {
+      out += static_cast<char>(c);
+    }
+  }
+  out += '"';
+  return out;
 }
+
+// A TOML float that stays a float (fmt prints 600.0 as "600").
+std::string toml_float(double v) {
+  std::string s = fmt::format("{}", v);
+  if (s.find_first_of(".eE") == std::string::npos && s.find("inf") == std::string::npos &&
+      s.find("nan") == std::string::npos) {
+    s += ".0";
+  }
+  return s;
+}
+
+struct Summary {
+  std::string status;  // ok | negative-control-failed | no-boundary | interrupted
+  std::uint64_t observed = 0, recommended = 0, c2c = 0;
+  double tsc_hz = 0;
+  std::string c2c_note;
+};
+
+std::string render_tmax_toml(const Summary& s, const CalibrateOutcome& out, const std::string& results_csv,
+                             const std::string& preset, const std::string& command, const std::string& sha) {
+  const CpuIdentity id = cpu_identity();
+  const auto& d = out.tmax;
+  std::string t;
+  t += fmt::format("# Calibrated Tmax for this machine, written by `crossmod calibrate` on {}.\n", utc_iso8601());
+  t += "# Rerun calibrate rather than editing. Loaded by crossmod::load_tmax_config_auto().\n";
+  t += "# Evidence: 0 failures in the exposed toggles below at every tested W >= observed_ticks;\n";
+  t += "# failure_bound_95 is the one-sided 95% upper bound on failure probability per exposed\n";
+  t += "# toggle (1 - 0.05^(1/n)): observed, not guaranteed.\n";
+  t += "schema_version = 1\n\n[machine]\n";
+  t += fmt::format("slug = {}\n", toml_string(machine_slug()));
+  t += fmt::format("vendor = {}\n", toml_string(id.vendor));
+  t += fmt::format("brand = {}\n", toml_string(id.brand));
+  t += fmt::format("family = {}\nmodel = {}\nstepping = {}\n", id.family, id.model, id.stepping);
+  t += fmt::format("microcode = {}\n", toml_string(microcode()));
+  t += fmt::format("kernel = {}\n\n[tmax]\n", toml_string(kernel_release()));
+  t += fmt::format("observed_ticks = {}\n", s.observed);
+  t += fmt::format("observed_ns = {}\n", toml_float(std::round(static_cast<double>(s.observed) * 1e10 / s.tsc_hz) / 10));
+  t += fmt::format("recommended_ticks = {}\n", s.recommended);
+  t += fmt::format("recommended_ns = {}\n", toml_float(std::round(static_cast<double>(s.recommended) * 1e10 / s.tsc_hz) / 10));
+  t += fmt::format("tsc_hz = {}\n", toml_float(std::round(s.tsc_hz)));
+  t += fmt::format("margin_rule = {}\n", toml_string(margin_rule_text()));
+  t += fmt::format("c2c_one_way_ticks = {}\n\n[evidence]\n", s.c2c);
+  t += fmt::format("toggles_at_or_above = {}\n", d.toggles_at_or_above);
+  t += fmt::format("exposed_toggles_at_or_above = {}\n", d.exposed_toggles_at_or_above);
+  t += fmt::format("failures_at_or_above = {}\n", d.failures_at_or_above);
+  t += fmt::format("failure_bound_95 = {}\n", toml_float(d.failure_bound_95));
+  t += fmt::format("cells_at_or_above = {}\n", d.cells_at_or_above);
+  t += fmt::format("low_exposure_cells_ignored = {}\n", d.low_exposure_cells);
+  t += fmt::format("largest_failing_ticks = {}\n", d.max_failing_wait ? static_cast<std::int64_t>(*d.max_failing_wait) : -1);
+  t += fmt::format("results = {}\n", toml_string(results_csv));
+  t += fmt::format("command = {}\n", toml_string(command));
+  t += fmt::format("git_sha = {}\n", toml_string(sha));
+  t += fmt::format("date = {}\n", toml_string(utc_iso8601()));
+  t += fmt::format("preset = {}\n", toml_string(preset));
+  for (const auto& v : out.controls) {
+    t += fmt::format("control_{} = {}\n", v.protocol == "sync-core" ? "sync_core" : v.protocol, toml_string(v.verdict));
+  }
+  std::vector<std::string> notes = out.notes;
+  if (!out.positive_control_failed) {
+    notes.push_back("positive control (naive) never failed: exposure may be too low, or this hardware did not "
+                    "tear within the budget; treat Tmax with caution");
+  }
+  if (!s.c2c_note.empty()) notes.push_back(s.c2c_note);
+  t += "notes = [";
+  for (std::size_t i = 0; i < notes.size(); ++i) t += (i ? ", " : "") + toml_string(notes[i]);
+  t += "]\n";
+  return t;
+}
+
+std::string render_calibrate_json(const Summary& s, const CalibrateOutcome& out, const std::string& results_csv,
+                                  const std::string& tmax_path, const SweepContext& ctx) {
+  const auto& d = out.tmax;
+  std::vector<std::string> controls;
+  for (const auto& v : out.controls) {
+    JsonObject c;
+    c.str("protocol", v.protocol)
+        .str("role", v.positive ? "positive" : "negative")
+        .boolean("ok", v.ok)
+        .num("cells", v.cells)
+        .num("toggles", v.toggles)
+        .num("exposed_toggles", v.exposed_toggles)
+        .num("failures", v.failures)
+        .num("crash_or_hang_cells", v.crash_or_hang)
+        .num("low_exposure_cells", v.low_exposure_cells)
+        .str("verdict", v.verdict);
+    controls.push_back(c.render(4));
+  }
+  std::string controls_json = "[";
+  for (std::size_t i = 0; i < controls.size(); ++i) controls_json += (i ? ", " : "") + controls[i];
+  controls_json += "]";
+  std::string waits = "[";
+  for (std::size_t i = 0; i < out.confirm_waits.size(); ++i) waits += (i ? ", " : "") + std::to_string(out.confirm_waits[i]);
+  waits += "]";
+  JsonObject tmax;
+  tmax.raw("observed_ticks", d.observed_ticks ? std::to_string(*d.observed_ticks) : "null")
+      .raw("observed_ns", d.observed_ticks ? fmt::format("{:.1f}", static_cast<double>(*d.observed_ticks) * 1e9 / s.tsc_hz) : "null")
+      .raw("recommended_ticks", s.status == "ok" ? std::to_string(s.recommended) : "null")
+      .raw("recommended_ns", s.status == "ok" ? fmt::format("{:.1f}", static_cast<double>(s.recommended) * 1e9 / s.tsc_hz) : "null")
+      .num("tsc_hz", s.tsc_hz)
+      .str("margin_rule", margin_rule_text())
+      .num("c2c_one_way_ticks", s.c2c)
+      .raw("largest_failing_ticks", d.max_failing_wait ? std::to_string(*d.max_failing_wait) : "null");
+  JsonObject ev;
+  ev.num("toggles_at_or_above", d.toggles_at_or_above)
+      .num("exposed_toggles_at_or_above", d.exposed_toggles_at_or_above)
+      .num("failures_at_or_above", d.failures_at_or_above)
+      .num("failure_bound_95", d.failure_bound_95)
+      .num("cells_at_or_above", d.cells_at_or_above)
+      .num("low_exposure_cells_ignored", d.low_exposure_cells);
+  std::vector<std::string> notes = out.notes;
+  if (!out.positive_control_failed && !out.controls.empty()) {
+    notes.push_back("positive control (naive) never failed: exposure may be too low, or this hardware did not tear within the budget");
+  }
+  if (!s.c2c_note.empty()) notes.push_back(s.c2c_note);
+  JsonObject o;
+  o.num("schema_version", std::int64_t{1})
+      .str("kind", "crossmod-calibrate")
+      .str("status", s.status)
+      .str("machine_slug", machine_slug())
+      .raw("machine", ctx.machine_json.empty() ? std::string("{}") : ctx.machine_json)
+      .str("results", results_csv)
+      .raw("tmax_config", s.status == "ok" ? json_string(tmax_path) : "null")
+      .str("preset", ctx.preset)
+      .str("command", ctx.command)
+      .str("git_sha", ctx.git_sha)
+      .str("started_utc", ctx.started_utc)
+      .str("finished_utc", utc_iso8601())
+      .raw("tmax", tmax.render())
+      .raw("evidence", ev.render())
+      .raw("controls", controls_json)
+      .raw("confirm_waits", waits)
+      .num("replans", static_cast<std::uint64_t>(out.replans))
+      .num("cells", static_cast<std::uint64_t>(out.rows.size()))
+      .raw("notes", json_array_of_strings(notes));
+  return o.render() + "\n";
+}
+
+void run_calibrate(const CalibrateArgs& a) {
+  // 1. Validate everything before writing anything.
+  const std::string preset_path = a.config.empty() ? find_preset(a.preset) : a.config;
+  SweepConfig cfg = load_preset_file(preset_path);
+  if (a.budget_s < 0) throw UsageError("--budget must be > 0 seconds");
+  if (a.budget_s > 0) cfg.calibrate.budget_s = a.budget_s;
+  const Topology topo = Topology::load();
+  const auto warnings = placement_warnings(cfg, topo);
+  const std::string slug = machine_slug();
+  const std::string out_dir = a.out.empty() ? "results/" + slug : a.out;
+  const std::string tmax_path = a.tmax_out.empty() ? "configs/tmax/" + slug + ".toml" : a.tmax_out;
+  check_writable_dir(out_dir, "output directory");
+  check_writable_file(tmax_path, "Tmax config");
+  std::optional<std::string> resume_csv;
+  std::vector<ResultRow> resumed_rows;
+  if (a.resume) {
+    resume_csv = find_resumable(out_dir, "calibrate", cfg.config_key());
+    if (!resume_csv) {
+      fmt::print(stderr, "calibrate: nothing to resume in {} for this preset; starting afresh\n", out_dir);
+    } else {
+      try {
+        resumed_rows = read_results_csv(*resume_csv);
+      } catch (const std::exception& e) {
+        throw UsageError(fmt::format("cannot resume: {}", e.what()));
+      }
+    }
+  }
+  const double tsc_hz = tsc_info().hz;
+  if (!(tsc_hz > 0)) throw std::runtime_error("TSC frequency unknown");
+
+  // 2. Core-to-core line transfer between the PUs the cells use: the floor of Tmax.
+  Summary sum;
+  sum.tsc_hz = tsc_hz;
+  {
+    const C2cResult c = measure_c2c_for(topo, cfg.placements.front(), cfg.executors.front());
+    sum.c2c = c.one_way_ticks;
+    sum.c2c_note = c.note;
+  }
+
+  // 3. Files.
+  make_dirs(out_dir);
+  std::string csv_path, json_path;
+  SweepContext ctx;
+  if (resume_csv) {
+    csv_path = *resume_csv;
+    json_path = csv_path.substr(0, csv_path.size() - 4) + ".json";
+    std::string old;
+    try {
+      old = read_file(json_path);
+    } catch (const std::exception&) {
+    }
+    ctx.started_utc = json_find_string(old, "started_utc").value_or(utc_iso8601());
+    ctx.last_resumed_utc = utc_iso8601();
+  } else {
+    const std::string stamp = utc_stamp();
+    csv_path = fmt::format("{}/sweep-{}.csv", out_dir, stamp);
+    for (int i = 2; std::filesystem::exists(csv_path); ++i) csv_path = fmt::format("{}/sweep-{}-{}.csv", out_dir, stamp, i);
+    json_path = csv_path.substr(0, csv_path.size() - 4) + ".json";
+    ctx.started_utc = utc_iso8601();
+  }
+  const std::string stamp = std::filesystem::path(csv_path).stem().string().substr(6);
+  const std::string calib_json = fmt::format("{}/calibrate-{}.json", out_dir, stamp);
+  ctx.run_kind = "calibrate";
+  ctx.config_key = cfg.config_key();
+  ctx.config_json = cfg.to_json();
+  ctx.preset = a.config.empty() ? a.preset : a.config;
+  ctx.results_csv = std::filesystem::path(csv_path).filename().string();
+  ctx.git_sha = git_sha();
+  ctx.compiler = compiler_version();
+  ctx.command = command_line();
+  ctx.machine_json = machine_context_json(topo);
+  ctx.warnings = warnings;
+  ResultsWriter writer(csv_path, resume_csv.has_value());
+  write_file_atomic(json_path, ctx.render());
+  for (const auto& w : warnings) fmt::print(stderr, "calibrate: warning: {}\n", w);
+  fmt::print(stderr, "calibrate: {} ({}), TSC {:.3f} GHz, budget {} of cells, preset {}\n", slug,
+             cpu_identity().brand, tsc_hz / 1e9, format_duration(cfg.calibrate.budget_s), ctx.preset);
+  fmt::print(stderr, "calibrate: core-to-core one-way line transfer {} ticks{}\n", sum.c2c,
+             sum.c2c_note.empty() ? "" : " (" + sum.c2c_note + ")");
+  fmt::print(stderr, "calibrate: results in {}\n", csv_path);
+
+  // 4. Cells.
+  interrupt::install();
+  RunContext rc;
+  rc.topology = &topo;
+  Progress progress(!a.quiet);
+  CellLoop loop(&writer, [&](const CellSpec& s) { return run_cell(s, rc); }, tsc_hz, resumed_rows, &progress);
+  const auto t0 = std::chrono::steady_clock::now();
+  double resumed_s = 0;
+  CalibrateEnv env;
+  env.tsc_hz = tsc_hz;
+  env.run = [&](const CellSpec& s, const std::string& pos, std::optional<double> eta) {
+    const bool was_resumed = loop.is_resumed(s);
+    auto row = loop.run(s, pos, eta);
+    if (row && was_resumed) resumed_s += row->duration_s;
+    return row;
+  };
+  env.elapsed_s = [&] {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() + resumed_s;
+  };
+  env.log = [&](const std::string& line) { progress.message("calibrate: " + line); };
+  const CalibrateOutcome out = run_calibration(cfg, env);
+  progress.finish();
+  ctx.interrupted = out.interrupted;
+  ctx.finished_utc = out.interrupted ? "" : utc_iso8601();
+  ctx.cells_planned = out.rows.size();
+  ctx.cells_run = loop.cells_run();
+  ctx.cells_resumed = loop.cells_resumed();
+  write_file_atomic(json_path, ctx.render());
+
+  // 5. People: controls, per-phase table, Tmax.
+  fmt::print("crossmod calibrate  {}  ({})  TSC {:.3f} GHz  preset {}\n\n", slug, cpu_identity().brand, tsc_hz / 1e9,
+             ctx.preset);
+  fmt::print("controls\n");
+  for (const auto& v : out.controls) {
+    fmt::print("  {:<10} {:<9} {:<4} {}\n", v.protocol, v.positive ? "positive" : "negative", v.ok ? "ok" : "BAD",
+               v.verdict);
+  }
+  fmt::print("\n{}", summary_table(out.rows));
+  if (out.interrupted) {
+    fmt::print(stderr,
+               "calibrate: interrupted; {} finished cells are in {}; no Tmax written.\n"
+               "calibrate: continue with the same command plus --resume\n",
+               writer.next_cell_id() - 1, csv_path);
+    exit_code() = 128 + interrupt::signal_number();
+    return;
+  }
+  const std::string results_rel = csv_path;
+  if (out.negative_control_failed) {
+    sum.status = "negative-control-failed";
+    fmt::print(stderr, "\n");
+    fmt::print(stderr, "calibrate: ************************************************************\n");
+    fmt::print(stderr, "calibrate: A NEGATIVE CONTROL FAILED. Protocols that must never fail did:\n");
+    for (const auto& v : out.controls) {
+      if (!v.positive && !v.ok) fmt::print(stderr, "calibrate:   {}: {}\n", v.protocol, v.verdict);
+    }
+    fmt::print(stderr, "calibrate: The engine, the harness or this machine is broken; a Tmax measured\n");
+    fmt::print(stderr, "calibrate: here would mean nothing. NO Tmax config was written.\n");
+    fmt::print(stderr, "calibrate: Details: {} and {}\n", csv_path, calib_json);
+    fmt::print(stderr, "calibrate: ************************************************************\n");
+    write_file_atomic(calib_json, render_calibrate_json(sum, out, results_rel, tmax_path, ctx));
+    exit_code() = 1;
+    return;
+  }
+  if (!out.tmax.observed_ticks) {
+    sum.status = "no-boundary";
+    fmt::print(stderr, "calibrate: no wait W had zero failures at and above it ({}). NO Tmax config was written.\n",
+               out.notes.empty() ? std::string("every trusted cell failed or had low exposure") : out.notes.back());
+    write_file_atomic(calib_json, render_calibrate_json(sum, out, results_rel, tmax_path, ctx));
+    exit_code() = 1;
+    return;
+  }
+  sum.status = "ok";
+  sum.observed = *out.tmax.observed_ticks;
+  sum.recommended = recommend_tmax(sum.observed, sum.c2c);
+  const auto& d = out.tmax;
+  fmt::print("\nTmax observed     {:>6} ticks ({:.1f} ns): 0 failures in {} exposed toggles at W >= {}, p < {:.3g} at 95%\n",
+             sum.observed, static_cast<double>(sum.observed) * 1e9 / tsc_hz, d.exposed_toggles_at_or_above,
+             sum.observed, d.failure_bound_95);
+  fmt::print("Tmax recommended  {:>6} ticks ({:.1f} ns): {}\n", sum.recommended,
+             static_cast<double>(sum.recommended) * 1e9 / tsc_hz, margin_rule_text());
+  fmt::print("largest failing W {:>6}\n", d.max_failing_wait ? std::to_string(*d.max_failing_wait) : std::string("none"));
+  if (!out.positive_control_failed) {
+    fmt::print(stderr,
+               "calibrate: note: the positive control (naive) never failed: exposure may be too low, or this\n"
+               "calibrate: note: hardware did not tear within the budget. Tmax is written but weakly supported.\n");
+  }
+  for (const auto& n : out.notes) fmt::print(stderr, "calibrate: note: {}\n", n);
+  make_dirs(std::filesystem::path(tmax_path).parent_path().empty() ? "." : std::filesystem::path(tmax_path).parent_path().string());
+  write_file_atomic(tmax_path, render_tmax_toml(sum, out, results_rel, ctx.preset, ctx.command, ctx.git_sha));
+  write_file_atomic(calib_json, render_calibrate_json(sum, out, results_rel, tmax_path, ctx));
+  fmt::print("\nwrote {}\n      {}\n      {}\n", tmax_path, csv_path, calib_json);
+}
+
+}  // namespace
+
+void register_calibrate(CLI::App& app) {
+  auto args = std::make_shared<CalibrateArgs>();
+  auto* cmd = app.add_subcommand("calibrate", "find Tmax on this machine and write configs/tmax/<slug>.toml");
+  cmd->add_option("--preset", args->preset, "preset name in configs/sweep (default quick)");
+  cmd->add_option("--config", args->config, "preset file path instead of --preset");
+  cmd->add_option("--out", args->out, "results directory (default results/<slug>)");
+  cmd->add_option("--tmax-out", args->tmax_out, "Tmax config to write (default configs/tmax/<slug>.toml)");
+  cmd->add_option("--budget", args->budget_s, "override the preset's cell budget, seconds");
+  cmd->add_flag("--resume", args->resume, "continue the newest matching calibrate run in --out");
+  cmd->add_flag("--quiet", args->quiet, "no progress line");
+  cmd->callback([args] { run_calibrate(*args); });
+}
+
 }  // namespace crossmod::harness

@@ -11,10 +11,12 @@
 #include <cmath>
 #include <cstdio>
 #include <map>
+#include <stdexcept>
 #include <tuple>
 
 #include <fmt/format.h>
 
+#include "commands.hpp"
 #include "stats.hpp"
 
 namespace crossmod::harness {
@@ -196,6 +198,22 @@ std::optional<double> EtaModel::estimate(const CellSpec& spec) const {
   if (it != per_protocol_.end() && it->second.second > 0) std::tie(s, t) = it->second;
   if (t <= 0) return std::nullopt;
   return s / t * static_cast<double>(spec.toggles);
+}
+
+std::vector<std::string> placement_warnings(const SweepConfig& cfg, const Topology& topo) {
+  std::vector<std::string> warnings;
+  for (Placement p : cfg.placements) {
+    for (unsigned n : cfg.executors) {
+      try {
+        const Assignment a = topo.assign(p, n);
+        if (!a.warning.empty()) warnings.push_back(fmt::format("{} N={}: {}", placement_name(p), n, a.warning));
+      } catch (const std::invalid_argument& e) {
+        throw UsageError(fmt::format("placement {} with {} executors is impossible on this machine ({}): {}",
+                                     placement_name(p), n, topo.summary(), e.what()));
+      }
+    }
+  }
+  return warnings;
 }
 
 std::string summary_table(const std::vector<ResultRow>& rows) {

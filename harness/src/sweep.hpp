@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "cell.hpp"
+#include "preset.hpp"
 #include "results_io.hpp"
 
 namespace crossmod::harness {
@@ -86,6 +87,10 @@ class EtaModel {
   std::map<std::string, std::pair<double, double>> per_protocol_;  // seconds, toggles
   double seconds_ = 0, toggles_ = 0;
 };
+
+// Every placement x executor count of `cfg` must be possible on `topo` (UsageError
+// otherwise, before anything is written); returns the oversubscription warnings.
+std::vector<std::string> placement_warnings(const SweepConfig& cfg, const Topology& topo);
 
 // The stdout summary of a set of rows: one line per protocol x wait, with cells, toggles,
 // exposed toggles, failures, crash/hang, rate and its 95% interval.

@@ -1,0 +1,174 @@
+// Run context for results files; see run_context.hpp.
+#include "run_context.hpp"
+
+#include <sys/utsname.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+
+#include <fmt/format.h>
+
+#include "commands.hpp"
+#include "crossmod/machine.hpp"
+#include "results_io.hpp"
+
+namespace crossmod::harness {
+
+std::string git_sha() {
+  const std::string cmd =
+      fmt::format("git -C '{}' rev-parse HEAD 2>/dev/null", std::string(CROSSMOD_SOURCE_DIR));
+  FILE* p = ::popen(cmd.c_str(), "r");
+  if (!p) return "unknown";
+  char buf[128] = {};
+  const bool got = std::fgets(buf, sizeof buf, p) != nullptr;
+  const int rc = ::pclose(p);
+  std::string sha = got ? buf : "";
+  while (!sha.empty() && (sha.back() == '\n' || sha.back() == '\r')) sha.pop_back();
+  if (rc != 0 || sha.size() < 7) return "unknown";
+  return sha;
+}
+
+std::string compiler_version() {
+#ifdef __VERSION__
+  return __VERSION__;
+#else
+  return "unknown";
+#endif
+}
+
+std::string command_line() {
+  std::string text;
+  try {
+    text = read_file("/proc/self/cmdline");
+  } catch (const std::exception&) {
+    return "";
+  }
+  std::string out;
+  for (char c : text) out += c == '\0' ? ' ' : c;
+  while (!out.empty() && out.back() == ' ') out.pop_back();
+  return out;
+}
+
+std::string kernel_release() {
+  utsname u{};
+  if (::uname(&u) != 0) return "unknown";
+  return u.release;
+}
+
+std::string microcode() {
+  std::ifstream in("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("microcode", 0) == 0) {
+      const auto colon = line.find(':');
+      if (colon == std::string::npos) return "";
+      const auto b = line.find_first_not_of(" \t", colon + 1);
+      return b == std::string::npos ? "" : line.substr(b);
+    }
+  }
+  return "";
+}
+
+std::string machine_context_json(const Topology& topo) {
+  const CpuIdentity id = cpu_identity();
+  const TscInfo tsc = tsc_info();
+  const long line = ::sysconf(_SC_LEVEL1_DCACHE_LINESIZE);
+  JsonObject m;
+  m.str("slug", machine_slug())
+      .str("vendor", id.vendor)
+      .str("brand", id.brand)
+      .num("family", std::uint64_t{id.family})
+      .num("model", std::uint64_t{id.model})
+      .num("stepping", std::uint64_t{id.stepping})
+      .str("microcode", microcode())
+      .str("kernel", kernel_release())
+      .boolean("hypervisor", id.hypervisor)
+      .str("hypervisor_vendor", id.hypervisor_vendor)
+      .num("tsc_hz", tsc.hz)
+      .str("tsc_source", tsc.source)
+      .boolean("invariant_tsc", id.invariant_tsc)
+      .num("cache_line", static_cast<std::uint64_t>(line > 0 ? line : 64))
+      .num("packages", static_cast<std::int64_t>(topo.packages()))
+      .num("cores", static_cast<std::int64_t>(topo.cores()))
+      .num("pus", static_cast<std::uint64_t>(topo.pus().size()))
+      .str("topology", topo.summary());
+  return m.render();
+}
+
+namespace {
+// The nearest existing ancestor of `p` (p itself if it exists).
+std::filesystem::path existing_ancestor(std::filesystem::path p) {
+  std::error_code ec;
+  p = std::filesystem::absolute(p, ec);
+  while (!p.empty() && !std::filesystem::exists(p, ec)) {
+    if (p == p.parent_path()) break;
+    p = p.parent_path();
+  }
+  return p;
+}
+}  // namespace
+
+void check_writable_dir(const std::string& dir, const char* what) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (fs::exists(dir, ec)) {
+    if (!fs::is_directory(dir, ec)) throw UsageError(fmt::format("{} '{}' is not a directory", what, dir));
+    if (::access(dir.c_str(), W_OK | X_OK) != 0) throw UsageError(fmt::format("{} '{}' is not writable", what, dir));
+    return;
+  }
+  const fs::path anc = existing_ancestor(dir);
+  if (!fs::is_directory(anc, ec) || ::access(anc.c_str(), W_OK | X_OK) != 0) {
+    throw UsageError(fmt::format("{} '{}' cannot be created ('{}' is not a writable directory)", what, dir,
+                                 anc.string()));
+  }
+}
+
+void check_writable_file(const std::string& file, const char* what) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (fs::is_directory(file, ec)) throw UsageError(fmt::format("{} '{}' is a directory", what, file));
+  if (fs::exists(file, ec) && ::access(file.c_str(), W_OK) != 0) {
+    throw UsageError(fmt::format("{} '{}' is not writable", what, file));
+  }
+  fs::path parent = fs::path(file).parent_path();
+  check_writable_dir(parent.empty() ? std::string(".") : parent.string(), what);
+}
+
+void make_dirs(const std::string& dir) {
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) throw std::runtime_error(fmt::format("cannot create '{}': {}", dir, ec.message()));
+}
+
+}  // namespace crossmod::harness
+
+namespace crossmod::harness {
+
+std::string SweepContext::render() const {
+  JsonObject o;
+  o.num("schema_version", static_cast<std::int64_t>(kResultsSchemaVersion))
+      .str("kind", "crossmod-sweep-context")
+      .str("run_kind", run_kind)
+      .str("results", results_csv)
+      .str("preset", preset)
+      .str("config_key", config_key)
+      .str("git_sha", git_sha)
+      .str("compiler", compiler)
+      .str("crossmod_version", CROSSMOD_VERSION)
+      .str("command", command)
+      .str("started_utc", started_utc)
+      .raw("finished_utc", finished_utc.empty() ? std::string("null") : json_string(finished_utc))
+      .raw("last_resumed_utc", last_resumed_utc.empty() ? std::string("null") : json_string(last_resumed_utc))
+      .boolean("interrupted", interrupted)
+      .num("cells_planned", cells_planned)
+      .num("cells_run", cells_run)
+      .num("cells_resumed", cells_resumed)
+      .raw("warnings", json_array_of_strings(warnings))
+      .raw("machine", machine_json.empty() ? std::string("{}") : machine_json)
+      .raw("config", config_json.empty() ? std::string("{}") : config_json);
+  return o.render() + "\n";
+}
+
+}  // namespace crossmod::harness
