@@ -69,8 +69,11 @@ Status trampoline_near(const std::uint8_t* site, std::uint8_t** out) noexcept {
 
 using Bytes5 = std::array<std::uint8_t, 5>;
 
-// The bytes a toggle rewrites, by split: all 5 inside one line (split 0), the rel32 in the
-// back line (split 1), or the first two bytes in the front line (splits 2..4).
+// The bytes a toggle rewrites, by split (| is the line boundary):
+//   split 0:  E8 r0 r1 r2 r3  <->  0F 1F 44 00 00     all 5, one line
+//   split 1:  E8 | r0 r1 r2 r3 <-> E8 | t0 t1 t2 t3   rel32 only, back line
+//   split 2:  E8 r0 | r1 r2 r3 <-> EB 03 | r1 r2 r3   first two bytes, front line
+//   (splits 3 and 4 likewise: the two changed bytes are in the front line)
 std::span<const std::uint8_t> toggled_part(unsigned split, const Bytes5& b, std::size_t* offset) {
   if (split == 0) {
     *offset = 0;

@@ -90,9 +90,11 @@ void chain(int sig, siginfo_t* info, void* ctx) noexcept {
 void on_sigtrap(int sig, siginfo_t* info, void* ctx) {
   const int saved_errno = errno;
   auto* uc = static_cast<ucontext_t*>(ctx);
-  // INT3 is reported with si_code SI_KERNEL (> 0); kill/tgkill/sigqueue use codes <= 0 and
-  // are never the engine's.
-  const bool kernel_trap = info != nullptr && info->si_code > 0;
+  // Linux reports INT3 with si_code SI_KERNEL (TRAP_BRKPT accepted too). kill/tgkill/
+  // sigqueue (codes <= 0) and single-step or hardware-breakpoint traps (TRAP_TRACE,
+  // TRAP_HWBKPT, whose RIP-1 is not an int3) are never the engine's.
+  const bool kernel_trap =
+      info != nullptr && (info->si_code == SI_KERNEL || info->si_code == TRAP_BRKPT);
   if (kernel_trap && uc != nullptr) {
     // After INT3 (a trap, SDM Vol 3A 6.5) RIP points past the 1-byte instruction.
     const auto pc = static_cast<std::uintptr_t>(uc->uc_mcontext.gregs[REG_RIP]) - 1;
