@@ -143,6 +143,7 @@ def process_folder(folder: Path, out_dir: Path, svg: bool, all_sweeps: bool) -> 
                                              "executors", "placement", "rep", "outcome", "note")}
                          for r in sweep.excluded],
             "per_protocol": _protocol_summary(sweep),
+            "interrupted": bool(sweep.context.get("interrupted", False)),
         }
     else:
         for name in ["failure_rate", *(f"heatmap_{p}" for p in loaders.PROTOCOLS), "controls"]:
@@ -190,9 +191,19 @@ def _text_summary(r: FolderResult, out_dir: Path) -> str:
     if sw:
         lines.append(f"  {', '.join(s['inputs']['sweep'])}: {sw['cells']} cells, "
                      f"{len(sw['excluded'])} blind/error excluded, {sw['selftest_rows_ignored']} selftest ignored")
+    if sw and sw["excluded"]:
+        for cell in sw["excluded"][:5]:
+            lines.append(f"    excluded cell {cell['cell_id']} ({cell['outcome']}): {cell['protocol']} "
+                         f"W={cell['wait_ticks']} S={cell['straddle']} N={cell['executors']} "
+                         f"{cell['placement']} rep {cell['rep']}"
+                         + (f": {cell['note']}" if cell["note"] else ""))
+        if len(sw["excluded"]) > 5:
+            lines.append(f"    ... {len(sw['excluded']) - 5} more in summary.json")
+    if sw and sw.get("interrupted"):
+        lines.append("  note: the sweep context says the run was interrupted; results are partial")
     cfg = s["tmax"]["config"]
     if cfg:
-        lines.append(f"  Tmax ({s['inputs']['tmax_config']}): observed {cfg['observed_ticks']:g} ticks"
+        lines.append(f"  Tmax ({r.tmax.path if r.tmax else ''}): observed {cfg['observed_ticks']:g} ticks"
                      + (f" ({cfg['observed_ns']:g} ns)" if cfg['observed_ns'] else "")
                      + (f", recommended {cfg['recommended_ticks']:g} ticks" if cfg['recommended_ticks'] else "")
                      + (f" ({cfg['recommended_ns']:g} ns)" if cfg['recommended_ns'] else ""))

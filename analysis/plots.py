@@ -81,18 +81,29 @@ def _fmt_p(p: float) -> str:
     return f"{p:.1e}" if p < 0.01 else f"{p:.3f}"
 
 
+def _wait_scale(ax, waits: list[float]) -> None:
+    """Linear wait axis for the usual grids; symlog when the waits span more than ~two
+    orders of magnitude (a search ladder that doubled far past the boundary), keeping W=0."""
+    positive = [w for w in waits if w > 0]
+    if positive and max(positive) / min(positive) > 64:
+        ax.set_xscale("symlog", linthresh=min(positive), linscale=0.5)
+
+
 def _ns_axis(ax, machine: Machine) -> None:
     """Second x axis in nanoseconds above a wait axis in TSC ticks."""
     if not machine.tsc_hz:
         return
     k = 1e9 / machine.tsc_hz
     sec = ax.secondary_xaxis("top", functions=(lambda t: t * k, lambda n: n / k))
+    if ax.get_xscale() == "symlog":
+        sec.set_xscale("symlog", linthresh=ax.xaxis.get_transform().linthresh * k, linscale=0.5)
     sec.set_xlabel(f"wait W (ns, at TSC {machine.tsc_hz / 1e9:.3g} GHz)")
 
 
 def _rate_series(ax, groups: list[dict], x_key: str, color, label: str, floor: float,
                  band: bool = True, x_offset: float = 0.0, linestyle: str = "-",
-                 trend: bool = True) -> None:
+                 trend: bool = True, bound_offset: float = 0.0,
+                 bound_factor: float = 1.0) -> None:
     """Draw failure rate vs x: filled circles with Clopper-Pearson 95% intervals where
     failures occurred, downward triangles at the one-sided 95% upper bound where none did."""
     xs = np.array([g[x_key] for g in groups], dtype=float) + x_offset
@@ -118,7 +129,8 @@ def _rate_series(ax, groups: list[dict], x_key: str, color, label: str, floor: f
     else:
         ax.plot([], [], color=color, marker="o", linestyle=linestyle, label=label)
     if zero.any():
-        ax.plot(xs[zero], bounds[zero], linestyle="none", marker=BOUND_MARKER, markersize=6,
+        # bound_offset nudges coinciding bound markers of several series apart.
+        ax.plot(xs[zero] * bound_factor + bound_offset, bounds[zero], linestyle="none", marker=BOUND_MARKER, markersize=6,
                 markerfacecolor="white", markeredgecolor=color, markeredgewidth=1.3)
 
 
@@ -177,16 +189,36 @@ def failure_rate(sweep: Sweep, machine: Machine, tmax: Optional[TmaxConfig], out
                         f"placements, reps and phases; {len(sweep.excluded)} blind/error cells excluded",
                         figsize=(10.0, 6.4))
     ax = axes[0, 0]
-    for s in sorted({g["straddle"] for g in groups}):
+    straddles = sorted({g["straddle"] for g in groups})
+    waits = [g["wait_ticks"] for g in groups]
+    _wait_scale(ax, waits)
+    symlog = ax.get_xscale() == "symlog"
+    nudge = 0.0 if symlog else 0.006 * (max(waits) - min(waits) or 1)
+    for k, s in enumerate(straddles):
         sub = [g for g in groups if g["straddle"] == s]
         fails = sum(g["failures"] for g in sub)
         exposed = sum(g["exposed"] for g in sub)
         _rate_series(ax, sub, "wait_ticks", STRADDLE_COLORS.get(s, None), floor=floor,
                      label=f"S = {s} ({s} byte{'s' if s != 1 else ''} before the line): "
-                           f"{fails:,} failures in {exposed:,} exposed")
+                           f"{fails:,} failures in {exposed:,} exposed",
+                     bound_offset=(k - (len(straddles) - 1) / 2) * nudge,
+                     bound_factor=1.0 + (0.03 * (k - (len(straddles) - 1) / 2) if symlog else 0.0))
     handles = _tmax_lines(ax, tmax, sweep_tmax)
+    if sweep_tmax["observed_ticks"] is not None:
+        claim = (f"wordpatch at W ≥ {sweep_tmax['observed_ticks']} ticks (this sweep): 0 failures in "
+                 f"{sweep_tmax['exposed_at_or_above']:,} exposed toggles,\n"
+                 f"p < {_fmt_p(sweep_tmax['failure_bound_95'])} per exposed toggle at 95% confidence")
+    elif sweep_tmax["above_tested_range"]:
+        claim = (f"failures up to the largest tested wait ({sweep_tmax['max_failing_ticks']} ticks): "
+                 "Tmax lies above the tested range")
+    else:
+        claim = "no zero-failure evidence in this sweep"
+    ax.text(0.99, 0.98, claim, transform=ax.transAxes, ha="right", va="top", fontsize=7.5,
+            bbox=dict(facecolor="white", edgecolor="#999999", alpha=0.9))
     ax.set_yscale("log")
     ax.set_ylim(bottom=floor, top=1.5)
+    if symlog:
+        ax.set_xlim(left=-0.1 * min(w for w in waits if w > 0))
     ax.set_xlabel("wait W between patch steps (TSC ticks)")
     ax.set_ylabel("failure probability per exposed toggle (log)")
     ax.grid(True, which="major", alpha=0.3)
@@ -627,6 +659,8 @@ def tmax_overlay(machines: list[tuple[Machine, Sweep, Optional[TmaxConfig]]], ou
         all_groups += groups
         per_machine.append((m, s, t, groups))
     floor = _floor(all_groups)
+    xs_ns = [g["x_ns"] for g in all_groups]
+    _wait_scale(ax, xs_ns)
     extra = []
     for i, (m, s, t, groups) in enumerate(per_machine):
         color = cmap(i % 10)
@@ -640,6 +674,8 @@ def tmax_overlay(machines: list[tuple[Machine, Sweep, Optional[TmaxConfig]]], ou
         extra += _tmax_lines(ax, t, sweep_tmax, to_x=to_ns, color=color, prefix=f"{m.slug}: ")
     ax.set_yscale("log")
     ax.set_ylim(bottom=floor, top=1.5)
+    if ax.get_xscale() == "symlog":
+        ax.set_xlim(left=-0.1 * min(x for x in xs_ns if x > 0))
     ax.set_xlabel("wait W between patch steps (ns)")
     ax.set_ylabel("failure probability per exposed toggle (log)")
     ax.grid(True, alpha=0.3)
