@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import statistics
 import sys
@@ -55,6 +56,17 @@ def find_tmax_config(folder: Path, slugs: list[str]) -> Optional[Path]:
         if candidate.is_file():
             return candidate
     return None
+
+
+def _json_safe(value):
+    """NaN/inf (a rate over zero exposed toggles) become null: summary.json stays strict JSON."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_json_safe(v) for v in value]
+    return value
 
 
 def _protocol_summary(sweep: loaders.Sweep) -> dict[str, Any]:
@@ -253,7 +265,8 @@ def main(argv: Optional[list[str]] = None) -> int:
                 out_dir = args.out / folder.resolve().name if multi else args.out
             r = process_folder(folder, out_dir, args.svg, args.all_sweeps)
             out_dir.mkdir(parents=True, exist_ok=True)
-            (out_dir / "summary.json").write_text(json.dumps(r.summary, indent=2, sort_keys=True) + "\n")
+            summary_text = json.dumps(_json_safe(r.summary), indent=2, sort_keys=True, allow_nan=False)
+            (out_dir / "summary.json").write_text(summary_text + "\n")
             print(_text_summary(r, out_dir))
             results.append(r)
         if multi:

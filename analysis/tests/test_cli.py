@@ -97,3 +97,17 @@ def test_module_entry_point_runs(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "analysis", str(tmp_path / "missing")], cwd=tmp_path,
                           env=env, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2 and "not a directory" in proc.stderr
+
+
+def test_newest_sweep_by_default_all_with_flag(tmp_path):
+    folder = _wordpatch_only(tmp_path, INTEL, 1)
+    old = folder / "sweep-20250101T000000Z.csv"
+    write_csv(old, SWEEP_COLUMNS, make_sweep_rows(INTEL, 9)[:4])
+    out = tmp_path / "out"
+    assert cli.main([str(folder), "--out", str(out), "--no-svg"]) == 0
+    newest_only = json.loads((out / "summary.json").read_text())
+    assert newest_only["inputs"]["sweep"] == [f"sweep-{STAMP}.csv"]
+    assert cli.main([str(folder), "--out", str(out), "--no-svg", "--all-sweeps"]) == 0
+    pooled = json.loads((out / "summary.json").read_text())
+    assert pooled["inputs"]["sweep"] == [old.name, f"sweep-{STAMP}.csv"]
+    assert pooled["sweep"]["cells"] == newest_only["sweep"]["cells"] + 4
