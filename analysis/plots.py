@@ -262,7 +262,7 @@ def heatmap(sweep: Sweep, machine: Machine, protocol: str, out_dir: Path, svg: b
     facet_h = 1.3 + 0.55 * len(ys)
     ncols = max(1, min(len(facets), int(15.0 // facet_w)))
     nrows = math.ceil(len(facets) / ncols)
-    fig_w, fig_h = ncols * facet_w + 2.2, nrows * facet_h + 1.7
+    fig_w, fig_h = max(9.0, ncols * facet_w + 2.2), nrows * facet_h + 1.7
     fig, axes = _figure(f"{protocol}: failure rate per exposed toggle, wait W × "
                         f"{'site offset' if ykey == 'site_offset' else 'straddle S'}",
                         machine.subtitle(sweep.path) + f"; {len(excluded)} blind/error cells excluded",
@@ -295,7 +295,13 @@ def heatmap(sweep: Sweep, machine: Machine, protocol: str, out_dir: Path, svg: b
         ax.set_xticks(range(len(waits)))
         ax.set_xticklabels([str(w) for w in waits], rotation=60, fontsize=7)
         ax.set_yticks(range(len(ys)))
-        ax.set_yticklabels([str(y) for y in ys])
+        if ykey == "site_offset":
+            line = int(sweep.context.get("machine", {}).get("cache_line") or 64)
+            short = {"aligned, within 8 bytes": "within 8 B", "aligned, crosses an 8-byte boundary":
+                     "crosses 8 B", "aligned, crosses a 16-byte boundary": "crosses 16 B"}
+            ax.set_yticklabels([f"{y}\n({short[_aligned_class(y, line)]})" for y in ys], fontsize=7)
+        else:
+            ax.set_yticklabels([str(y) for y in ys])
         ax.set_title(f"executors = {executors}, placement = {placement}", fontsize=9)
         ax.set_xlabel("wait W (TSC ticks)")
         if i % ncols == 0:
@@ -303,7 +309,7 @@ def heatmap(sweep: Sweep, machine: Machine, protocol: str, out_dir: Path, svg: b
     for j in range(len(facets), nrows * ncols):
         axes[j // ncols, j % ncols].set_visible(False)
     top, bottom = 1.0 - 1.25 / fig_h, 0.95 / fig_h
-    left, right = 1.2 / fig_w, 1.0 - 1.0 / fig_w
+    left, right = (1.5 if ykey == "site_offset" else 1.2) / fig_w, 1.0 - 1.0 / fig_w
     fig.subplots_adjust(top=top, bottom=bottom, left=left, right=right,
                         hspace=1.0 / facet_h * 1.6, wspace=0.12)
     cax = fig.add_axes((right + 0.25 / fig_w, bottom, 0.15 / fig_w, top - bottom))
