@@ -26,12 +26,17 @@ namespace {
 inline constexpr std::size_t kSiteBits = 14;
 inline constexpr std::size_t kSiteSlots = std::size_t{1} << kSiteBits;
 
+// `word` packs the state (detail::SiteState, low 2 bits) with a generation counter that
+// every unlock increments. A waiting executor waits for the word to CHANGE, not for the
+// state to read "unlocked": a patcher that re-locks the site ~100 ns after unlocking it
+// would otherwise starve a spinning executor forever (observed on this machine: one
+// executor parked for 20000 consecutive patches before this counter existed).
 struct SiteSlot {
   std::atomic<std::uintptr_t> addr{0};
-  std::atomic<std::uint8_t> state{0};  // detail::SiteState
+  std::atomic<std::uint64_t> word{0};
 };
 static_assert(std::atomic<std::uintptr_t>::is_always_lock_free);
-static_assert(std::atomic<std::uint8_t>::is_always_lock_free);
+static_assert(std::atomic<std::uint64_t>::is_always_lock_free);
 SiteSlot g_sites[kSiteSlots];
 
 inline std::size_t site_hash(std::uintptr_t a) noexcept {
@@ -50,8 +55,11 @@ long find_site(std::uintptr_t a) noexcept {
   return -1;
 }
 
-constexpr auto kLocked = static_cast<std::uint8_t>(detail::SiteState::locked);
-constexpr auto kUnlocked = static_cast<std::uint8_t>(detail::SiteState::unlocked);
+constexpr auto kLocked = static_cast<std::uint64_t>(detail::SiteState::locked);
+constexpr auto kUnlocked = static_cast<std::uint64_t>(detail::SiteState::unlocked);
+constexpr std::uint64_t kStateMask = 3;
+constexpr std::uint64_t kGenerationStep = 4;
+inline std::uint64_t state_of(std::uint64_t word) noexcept { return word & kStateMask; }
 
 // ---- handler state ----------------------------------------------------------------------
 std::atomic<std::uint64_t> g_locked_hits{0};
@@ -104,11 +112,13 @@ void on_sigtrap(int sig, siginfo_t* info, void* ctx) {
       for (;;) {
         // Acquire pairs with the release in site_unlock(): once unlocked is seen, the front
         // store that replaced the int3 is visible too.
-        std::uint8_t st = slot.state.load(std::memory_order_acquire);
+        const std::uint64_t w = slot.word.load(std::memory_order_acquire);
+        const std::uint64_t st = state_of(w);
         if (st == kLocked) {
           g_waiters.fetch_add(1, std::memory_order_relaxed);
           unsigned spins = 0;
-          while (slot.state.load(std::memory_order_acquire) == kLocked) {
+          // Until this lock is released (generation changes), even if re-locked since.
+          while (slot.word.load(std::memory_order_acquire) == w) {
             x86::pause();
             if (++spins % kSpinsBeforeYield == 0) sched_yield();
           }
@@ -121,7 +131,7 @@ void on_sigtrap(int sig, siginfo_t* info, void* ctx) {
         if (st != kUnlocked) break;  // claimed, but no int3 written yet: not ours
         const std::uint8_t now = *reinterpret_cast<volatile const std::uint8_t*>(pc);
         // A new patch may have locked the site between the two reads: look again.
-        if (slot.state.load(std::memory_order_acquire) != st) continue;
+        if (slot.word.load(std::memory_order_acquire) != w) continue;
         if (now == x86::kInt3) break;  // someone else's int3 at a former site
         // The int3 was fetched before the front store landed (or was still held by this
         // core): re-execute the now-complete instruction.
@@ -195,12 +205,13 @@ Status site_lock(std::uintptr_t addr) noexcept {
         cur = addr;
     }
     if (cur != addr) continue;
-    std::uint8_t st = slot.state.load(std::memory_order_acquire);
+    std::uint64_t w = slot.word.load(std::memory_order_acquire);
     for (;;) {
-      if (st == kLocked) return Status::busy;
+      if (state_of(w) == kLocked) return Status::busy;
       // Locked CAS: a full barrier, so the int3 store that follows in wordpatch cannot
       // become visible before the lock (pairs with the acquire loads in on_sigtrap).
-      if (slot.state.compare_exchange_weak(st, kLocked, std::memory_order_seq_cst))
+      if (slot.word.compare_exchange_weak(w, (w & ~kStateMask) | kLocked,
+                                          std::memory_order_seq_cst))
         return Status::ok;
     }
   }
@@ -211,13 +222,16 @@ void site_unlock(std::uintptr_t addr) noexcept {
   const long idx = find_site(addr);
   if (idx < 0) return;
   // Release pairs with the acquire in on_sigtrap: the front store is ordered before it.
-  g_sites[idx].state.store(kUnlocked, std::memory_order_release);
+  // Only the lock holder writes the word while it is locked, so a plain store suffices.
+  std::atomic<std::uint64_t>& word = g_sites[idx].word;
+  const std::uint64_t w = word.load(std::memory_order_relaxed);
+  word.store(((w & ~kStateMask) + kGenerationStep) | kUnlocked, std::memory_order_release);
 }
 
 SiteState site_state(std::uintptr_t addr) noexcept {
   const long idx = find_site(addr);
   if (idx < 0) return SiteState::absent;
-  const std::uint8_t st = g_sites[idx].state.load(std::memory_order_acquire);
+  const std::uint64_t st = state_of(g_sites[idx].word.load(std::memory_order_acquire));
   return st == kLocked ? SiteState::locked
                        : st == kUnlocked ? SiteState::unlocked : SiteState::absent;
 }
