@@ -1,6 +1,26 @@
 // The entry point of `crossmod bench` (harness/src/bench_cmd.cpp parses the flags; the
 // suites and their runner live here, next to the benchmarks, in engine/bench/).
 // Thread safety: call run() once, from the main thread.
+//
+// Output contract (crossmod_schema_version 1), all in DIR/bench-<stamp>*:
+//  .json          Google Benchmark JSON. context: crossmod_schema_version, machine_slug,
+//                 tsc_hz, tsc_source, tmax_ticks, tmax_source, tmax_is_default,
+//                 patcher_pu, executor_pus, rdtscp_bracket_ticks, topology, bench_mode...
+//    latency/<op>/executors:<0|1>    ticks_mean ticks_p50 ticks_p90 ticks_p99 ns_mean
+//                                    samples (wordpatch_async_batch16: ticks_batch_mean)
+//      op: wordpatch_inline_activate, wordpatch_inline_deactivate,
+//          wordpatch_straddle_s1..s4, wordpatch_async_batch16 (per site), callpatch_s0..s4,
+//          synccore_straddle_s1..s4, stop_the_world, mprotect_callpatch,
+//          mprotect_raw_callpatch
+//    invoke/<variant>                ns_per_call ticks_per_call
+//      variant: empty_loop, direct_call, flag_guard_off, flag_guard_on, active_site,
+//               nop5_site, nop5_prefixed_site, callpatch_off_s0..s4
+//    throughput/<callpatch|wordpatch>/rate:<hz>/executors:<n>
+//                                    calls_per_s achieved_toggles_per_s state_a_fraction
+//                                    imbalance calls_per_s_rel window_s straddle
+//    A benchmark the machine cannot run has error_message "unsupported: ...".
+//  -latency.csv   benchmark,op,executors,sample_ticks (<= 20000 samples per benchmark)
+//  -summary.json  with --summary: headline ratios, each with numerator and denominator.
 #pragma once
 #include <string>
 

@@ -206,9 +206,14 @@ Summary compute_summary(const std::map<std::string, benchmark::BenchmarkReporter
       auto tp = [&](unsigned rate) {
         return fmt::format("throughput/{}/rate:{}/executors:{}", proto, rate, n);
       };
-      for (unsigned rate : {100000u, 1000000u})
+      for (unsigned rate : {100000u, 1000000u}) {
         s.ratio(fmt::format("throughput/{}/executors:{} calls_per_s at {} Hz / at 0 Hz", proto, n, rate),
                 s.term(tp(rate), "calls_per_s"), s.term(tp(0), "calls_per_s"));
+        s.ratio(fmt::format("throughput/{}/executors:{} calls_per_executor_cpu_s at {} Hz / at 0 Hz",
+                            proto, n, rate),
+                s.term(tp(rate), "calls_per_executor_cpu_s"),
+                s.term(tp(0), "calls_per_executor_cpu_s"));
+      }
     }
   }
   const std::string ns = "ns_per_call";

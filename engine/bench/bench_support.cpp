@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <ctime>
 #include <map>
 #include <stdexcept>
 #include <utility>
@@ -128,6 +129,14 @@ std::size_t write_latency_csv(const std::string& path) {
 // --------------------------------------------------------------------------------
 // Executors.
 
+namespace {
+double thread_cpu_seconds() {
+  timespec ts{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
+}
+}  // namespace
+
 bool Executors::start(unsigned n, std::vector<harness::StressSite::EntryFn> entries,
                       bool hold, std::string* err) {
   stop();
@@ -174,6 +183,7 @@ void Executors::loop(unsigned index, int pu) {
       x86::pause();
     }
   }
+  const double cpu0 = thread_cpu_seconds();
   std::uint64_t calls = 0, a = 0;
   const std::size_t k = entries_.size();
   bool announced = held;
@@ -188,6 +198,7 @@ void Executors::loop(unsigned index, int pu) {
   }
   slot.calls = calls;
   slot.state_a = a;
+  slot.cpu_s = thread_cpu_seconds() - cpu0;
 }
 
 void Executors::stop() noexcept {
@@ -208,6 +219,13 @@ std::uint64_t Executors::state_a() const noexcept {
   std::uint64_t c = 0;
   if (slots_)
     for (unsigned i = 0; i < n_; ++i) c += slots_[i].state_a;
+  return c;
+}
+
+double Executors::cpu_seconds() const noexcept {
+  double c = 0;
+  if (slots_)
+    for (unsigned i = 0; i < n_; ++i) c += slots_[i].cpu_s;
   return c;
 }
 

@@ -94,6 +94,10 @@ class Executors {
 
   std::uint64_t calls() const noexcept;    // after stop()
   std::uint64_t state_a() const noexcept;  // calls that returned 1 (the call ran)
+  // CPU time the executor threads got while calling (CLOCK_THREAD_CPUTIME_ID), after
+  // stop(). On a shared machine, calls / cpu_seconds is robust to descheduling where
+  // calls / wall seconds is not.
+  double cpu_seconds() const noexcept;
   std::vector<pthread_t> handles();        // while running (stop-the-world signals them)
   unsigned size() const noexcept { return n_; }
 
@@ -103,6 +107,7 @@ class Executors {
     std::atomic<bool> pin_failed{false};
     std::uint64_t calls = 0;
     std::uint64_t state_a = 0;
+    double cpu_s = 0;
   };
   void loop(unsigned index, int pu);
 

@@ -11,6 +11,11 @@
 // executor trapping on the int3, a TLB shootdown) which a per-batch mean would hide.
 // Google Benchmark's own time column is wall time over the whole loop and includes the
 // unmeasured reverse toggle of the *_activate/_deactivate ops: read the ticks_* counters.
+// Observed, not guaranteed: on the Zen 5 KVM guest this was written on, back-to-back
+// RDTSC reads differ by 26 ticks (the TSC moves in steps of the 100 MHz reference times
+// the P0 multiplier), so sub-100-tick ops read as 52, 78, 104 ... and their percentiles
+// are quantised; ticks_mean over many samples is finer. The empty rdtscp bracket (the
+// floor under every sample) is in the JSON context as rdtscp_bracket_ticks.
 #include <fmt/core.h>
 #include <pthread.h>
 #include <sys/mman.h>

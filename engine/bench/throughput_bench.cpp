@@ -87,6 +87,7 @@ void bm_throughput(benchmark::State& st, const Spec& spec) {
       spec.rate_hz ? std::max<std::uint64_t>(1, static_cast<std::uint64_t>(hz / static_cast<double>(spec.rate_hz)))
                    : 0;
   std::uint64_t calls = 0, state_a = 0, toggles = 0, ticks = 0;
+  double executor_cpu_s = 0;
   Status bad = Status::ok;
   for (auto _ : st) {
     Executors ex;
@@ -123,6 +124,7 @@ void bm_throughput(benchmark::State& st, const Spec& spec) {
     ticks += x86::rdtsc() - t0;
     calls += ex.calls();
     state_a += ex.state_a();
+    executor_cpu_s += ex.cpu_seconds();
     if (bad != Status::ok) {
       st.SkipWithError(status_message("toggle", bad).c_str());
       break;
@@ -141,6 +143,13 @@ void bm_throughput(benchmark::State& st, const Spec& spec) {
   // JSON has no infinity.
   st.counters["imbalance"] = std::min(a, b) > 0 ? std::max(a, b) / std::min(a, b) : 0.0;
   st.counters["window_s"] = seconds;
+  // Quality flags for a shared machine: the share of the window the executors really ran
+  // (1.0 = each had its PU), and throughput per executor CPU-second, which descheduling
+  // by other tenants does not dilute.
+  st.counters["executor_cpu_share"] =
+      executor_cpu_s / (seconds * static_cast<double>(spec.executors));
+  st.counters["calls_per_executor_cpu_s"] =
+      executor_cpu_s > 0 ? static_cast<double>(calls) / executor_cpu_s : 0.0;
   st.counters["straddle"] = kThroughputStraddle;
 
   const std::string key = fmt::format("{}/{}", name_of(spec.protocol), spec.executors);

@@ -38,7 +38,7 @@ LATENCY_OPS = (
     + ["wordpatch_async_batch16"]
     + [f"callpatch_s{s}" for s in range(0, 5)]
     + [f"synccore_straddle_s{s}" for s in range(1, 5)]
-    + ["stop_the_world", "mprotect_callpatch"]
+    + ["stop_the_world", "mprotect_callpatch", "mprotect_raw_callpatch"]
 )
 INVOKE_VARIANTS = (
     ["empty_loop", "direct_call", "flag_guard_off", "flag_guard_on", "active_site",
