@@ -67,10 +67,25 @@ namespace {
 // its toggles were followed by an execution of the site, so its zero-failure evidence is
 // weaker than its toggle count suggests (rates are per exposed toggle anyway).
 constexpr double kLowExposure = 0.5;
-// Auto dwell: each executor should run the site about this many times per toggle.
+// Auto dwell starts so that each executor could run the site about kDwellRuns times per
+// toggle (measured in a quiet warm-up, at least kMinDwellTicks), and at least
+// kSignalRounds int3 round trips long: an executor that hit the int3 or a fault spends
+// microseconds in the kernel's signal delivery, and with a shorter dwell it stays
+// phase-locked into the next toggle and sees nothing (observed here: 0.2% of toggles
+// exposed for wordpatch at a 1000-tick dwell). The dwell then doubles whenever fewer than
+// kAdaptTarget of the last kAdaptWindow toggles were exposed, at most kMaxGrowth times
+// the start and never above kMaxDwellTicks; dwell_ticks reports the final value. An
+// explicit spec.dwell_ticks is used as is. The growth is bounded because on a loaded
+// machine (observed here: other processes spinning on both PUs) executors are
+// descheduled for milliseconds at random, which no dwell fixes; the window is long
+// (~1024 toggles, several ms) so that one such gap does not halve its exposure.
+constexpr std::uint64_t kSignalRounds = 3;
+constexpr std::uint64_t kMaxGrowth = 4;
 constexpr std::uint64_t kDwellRuns = 20;
 constexpr std::uint64_t kMinDwellTicks = 1000;
 constexpr std::uint64_t kMaxDwellTicks = 2'000'000;
+constexpr std::uint64_t kAdaptWindow = 1024;
+constexpr double kAdaptTarget = kLowExposure;
 
 enum ChildState : int { kNone = 0, kOk = 1, kBlind = 2, kError = 3 };
 
@@ -191,7 +206,28 @@ class Child {
     const std::uint64_t elapsed = x86::rdtsc() - t0;
     if (slowest == 0) return kMaxDwellTicks;  // some executor never ran: longest dwell
     const std::uint64_t period = elapsed / slowest;
-    return std::clamp(period * kDwellRuns, kMinDwellTicks, kMaxDwellTicks);
+    const std::uint64_t d = std::max(period * kDwellRuns, kSignalRounds * trap_cost_);
+    return std::clamp(d, kMinDwellTicks, kMaxDwellTicks);
+  }
+
+  // Median ticks of one int3 trap taken and returned from on this thread, with a
+  // temporary SIGTRAP handler: how long an executor that hits the engine's int3 is gone.
+  // Measured before any other SIGTRAP handler is installed. (A #UD costs more under KVM,
+  // ~18k vs ~5k ticks observed here, but after a fault the toggle has already failed.)
+  static std::uint64_t measure_trap_cost() {
+    struct sigaction sa {}, old {};
+    sa.sa_handler = [](int) {};
+    sigemptyset(&sa.sa_mask);
+    if (sigaction(SIGTRAP, &sa, &old) != 0) return 0;
+    std::vector<std::uint64_t> t(64);
+    for (auto& x : t) {
+      const std::uint64_t t0 = x86::rdtscp_ordered();
+      asm volatile("int3" ::: "memory");
+      x = x86::rdtscp_ordered() - t0;
+    }
+    sigaction(SIGTRAP, &old, nullptr);
+    std::nth_element(t.begin(), t.begin() + 32, t.end());
+    return t[32];
   }
 
   void body() {
@@ -216,6 +252,8 @@ class Child {
     if (!site_) finish(kBlind, why);
     sh_->line_offset = site_->line_offset();
     sh_->site_addr = reinterpret_cast<std::uintptr_t>(site_->site());
+
+    if (spec_.dwell_ticks == 0 && !trap::installed()) trap_cost_ = measure_trap_cost();
 
     // Our handlers go in BEFORE any WordPatcher: the engine's trap handler chains traps
     // it does not own to the handler installed before it, i.e. ours (a stray trap).
@@ -260,8 +298,11 @@ class Child {
     }
 
     phase("warm-up");
-    const std::uint64_t d = spec_.dwell_ticks ? spec_.dwell_ticks : auto_dwell();
+    const bool adapt = spec_.dwell_ticks == 0;
+    std::uint64_t d = adapt ? auto_dwell() : spec_.dwell_ticks;
+    const std::uint64_t d_cap = std::min(kMaxDwellTicks, d * kMaxGrowth);
     sh_->dwell.store(d);
+    std::uint64_t win_toggles = 0, win_exposed = 0;
 
     const auto a = site_->state_a();
     const auto b = site_->state_b();
@@ -304,8 +345,24 @@ class Child {
       }
       const std::uint64_t f1 = sum_faults();
       ++toggles;
-      if (x1 > x0) ++exposed;
-      if (f1 > f0) ++failures;
+      // A fault proves exposure too (an executor that faulted during the patch waits for
+      // the next toggle and shows no activity in this dwell), and failures must stay a
+      // subset of exposed toggles.
+      const bool failed = f1 > f0;
+      const bool was_exposed = x1 > x0 || failed;
+      if (was_exposed) ++exposed;
+      if (failed) ++failures;
+      if (adapt) {
+        ++win_toggles;
+        win_exposed += was_exposed ? 1 : 0;
+        if (win_toggles == kAdaptWindow) {
+          if (static_cast<double>(win_exposed) < kAdaptTarget * kAdaptWindow && d < d_cap) {
+            d = std::min(2 * d, d_cap);
+            sh_->dwell.store(d, std::memory_order_relaxed);
+          }
+          win_toggles = win_exposed = 0;
+        }
+      }
       sh_->toggles.store(toggles, std::memory_order_relaxed);
       sh_->exposed.store(exposed, std::memory_order_relaxed);
       sh_->failures.store(failures, std::memory_order_relaxed);
@@ -335,6 +392,7 @@ class Child {
   std::unique_ptr<StressSite> site_;
   std::vector<std::thread> threads_;
   std::string note_;
+  std::uint64_t trap_cost_ = 0;
 };
 
 // ---- parent ----------------------------------------------------------------------------

@@ -25,7 +25,12 @@ namespace {
 struct ExecThread {
   sigjmp_buf env;
   Counters* counters = nullptr;
-  volatile std::uint64_t fault_seq = 0;  // toggle_seq at the last fault (set in the handler)
+  // toggle_seq when the current call of the site began. Read per call rather than in the
+  // handler because a fault can take longer to deliver than a toggle lasts (observed:
+  // #UD costs ~18k ticks under KVM, which intercepts it), and the executor must not then
+  // skip the toggle that followed.
+  volatile std::uint64_t loop_seq = 0;
+  volatile std::uint64_t fault_seq = 0;  // loop_seq of the last fault (set in the handler)
   volatile sig_atomic_t armed = 0;       // inside the execution loop
 };
 
@@ -75,7 +80,7 @@ void on_fault(int sig, siginfo_t* si, void* ucv) {
     default: bump(c->stray_trap); break;
   }
   bump(c->faults);
-  const std::uint64_t seq = g_ctl->toggle_seq.load(std::memory_order_acquire);
+  const std::uint64_t seq = t->loop_seq;
   t->fault_seq = seq;
   if (g_first->claimed.exchange(1, std::memory_order_acq_rel) == 0) {
     g_first->signal = sig;
@@ -151,6 +156,7 @@ void executor_main(const Topology* topo, int pu, const StressSite* site, Control
   }
   self.armed = 1;
   while (!k->stop.load(std::memory_order_relaxed)) {
+    self.loop_seq = k->toggle_seq.load(std::memory_order_relaxed);
     const int r = entry();
     // Single writer: a plain load+store is enough and avoids a locked op per call.
     c->executions.store(c->executions.load(std::memory_order_relaxed) + 1,

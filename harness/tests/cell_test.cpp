@@ -1,0 +1,152 @@
+// Cell runner tests: the watchdog, crash classification, fault capture (a deliberately
+// torn site), and the two protocols that must never fail (callpatch; wordpatch with a
+// generous wait). Each cell runs in a forked child; deterministic outcomes only, no
+// assertions on timing.
+#include <gtest/gtest.h>
+
+#include "cell.hpp"
+#include "topology.hpp"
+
+namespace crossmod::harness {
+namespace {
+
+const Topology& topo() {
+  static Topology t = Topology::load();
+  return t;
+}
+
+CellResult run(CellSpec spec) {
+  RunContext ctx;
+  ctx.topology = &topo();
+  return run_cell(spec, ctx);
+}
+
+TEST(Cell, SelftestHangIsRecordedAsHang) {
+  CellSpec s;
+  s.protocol = Protocol::selftest_hang;
+  s.watchdog_s = 1;
+  const CellResult r = run(s);
+  EXPECT_EQ(r.outcome, "hang") << r.note;
+  EXPECT_GE(r.duration_s, 1.0);
+  EXPECT_NE(r.note.find("watchdog"), std::string::npos) << r.note;
+}
+
+TEST(Cell, SelftestCrashIsRecordedAsCrash) {
+  CellSpec s;
+  s.protocol = Protocol::selftest_crash;
+  s.watchdog_s = 10;
+  const CellResult r = run(s);
+  EXPECT_EQ(r.outcome, "crash") << r.note;
+  EXPECT_NE(r.note.find("SIGABRT"), std::string::npos) << r.note;
+}
+
+TEST(Cell, SelftestTornFaultsAreCountedForEveryStraddle) {
+  for (unsigned st = 1; st <= 4; ++st) {
+    CellSpec s;
+    s.protocol = Protocol::selftest_torn;
+    s.straddle = st;
+    s.toggles = 2000;
+    s.max_failures = 0;  // run every toggle
+    s.watchdog_s = 30;
+    const CellResult r = run(s);
+    SCOPED_TRACE("S=" + std::to_string(st) + ": " + r.note);
+    EXPECT_EQ(r.outcome, "ok");
+    EXPECT_EQ(r.toggles, 2000u);
+    EXPECT_GT(r.failures, 0u);
+    // Both kinds of tear: "A front + B back" calls into PROT_NONE, "B front + A back" is #UD.
+    EXPECT_GT(r.sigsegv, 0u);
+    EXPECT_GT(r.sigill, 0u);
+    EXPECT_EQ(r.sigbus, 0u);
+    EXPECT_EQ(r.stray_trap, 0u);
+    EXPECT_LE(r.failures, r.toggles);
+    EXPECT_FALSE(r.first_fault_bytes.empty());
+    EXPECT_EQ(r.executor_pus.size(), 1u);
+    EXPECT_GE(r.patcher_pu, 0);
+  }
+}
+
+TEST(Cell, SelftestTornStopsEarlyAtMaxFailures) {
+  CellSpec s;
+  s.protocol = Protocol::selftest_torn;
+  s.straddle = 2;
+  s.toggles = 100000;
+  s.max_failures = 10;
+  const CellResult r = run(s);
+  EXPECT_EQ(r.outcome, "ok") << r.note;
+  EXPECT_TRUE(r.stopped_early);
+  EXPECT_EQ(r.failures, 10u);
+  EXPECT_LT(r.toggles, 100000u);
+}
+
+TEST(Cell, CallpatchNeverFailsAtAnySplit) {
+  for (unsigned st = 0; st <= 4; ++st) {
+    CellSpec s;
+    s.protocol = Protocol::callpatch;
+    s.straddle = st;
+    s.toggles = 200000;
+    s.dwell_ticks = 2000;  // fixed: the test is about failures, not exposure
+    s.watchdog_s = 50;
+    const CellResult r = run(s);
+    SCOPED_TRACE("S=" + std::to_string(st) + ": " + r.note);
+    EXPECT_EQ(r.outcome, "ok");
+    EXPECT_EQ(r.toggles, 200000u);
+    EXPECT_EQ(r.failures, 0u);
+    EXPECT_EQ(r.sigill + r.sigsegv + r.sigbus + r.stray_trap, 0u);
+    EXPECT_GT(r.state_a, 0u);
+    EXPECT_GT(r.state_b, 0u);
+    EXPECT_GT(r.exposed_toggles, 0u);
+  }
+}
+
+TEST(Cell, WordpatchWithGenerousWaitNeverFails) {
+  for (unsigned st = 1; st <= 4; ++st) {
+    CellSpec s;
+    s.protocol = Protocol::wordpatch;
+    s.straddle = st;
+    s.wait_ticks = 20000;
+    s.toggles = 20000;
+    s.dwell_ticks = 5000;
+    s.watchdog_s = 50;
+    const CellResult r = run(s);
+    SCOPED_TRACE("S=" + std::to_string(st) + ": " + r.note);
+    EXPECT_EQ(r.outcome, "ok");
+    EXPECT_EQ(r.toggles, 20000u);
+    EXPECT_EQ(r.failures, 0u);
+    EXPECT_EQ(r.sigill + r.sigsegv + r.sigbus + r.stray_trap, 0u);
+    EXPECT_GT(r.state_a, 0u);
+    EXPECT_GT(r.state_b, 0u);
+  }
+}
+
+TEST(Cell, BlindSiteIsRecordedAsBlind) {
+  CellSpec s;
+  s.protocol = Protocol::wordpatch;
+  s.straddle = 0;
+  s.site_offset = 62;  // a 5-byte site cannot sit inside a line at offset 62
+  const CellResult r = run(s);
+  EXPECT_EQ(r.outcome, "blind") << r.note;
+  EXPECT_FALSE(r.note.empty());
+  EXPECT_EQ(r.toggles, 0u);
+}
+
+TEST(Cell, ImpossiblePlacementIsAnErrorNotAnException) {
+  if (topo().packages() > 1) GTEST_SKIP() << "machine has more than one package";
+  CellSpec s;
+  s.placement = Placement::cross_package;
+  const CellResult r = run(s);
+  EXPECT_EQ(r.outcome, "error");
+  EXPECT_NE(r.note.find("cross-package"), std::string::npos) << r.note;
+}
+
+TEST(Cell, ProtocolNamesRoundTrip) {
+  for (Protocol p : {Protocol::wordpatch, Protocol::naive, Protocol::callpatch, Protocol::aligned,
+                     Protocol::sync_core, Protocol::selftest_hang, Protocol::selftest_crash,
+                     Protocol::selftest_torn}) {
+    EXPECT_EQ(parse_protocol(to_string(p)), p);
+  }
+  EXPECT_EQ(parse_protocol("sync_core"), Protocol::sync_core);
+  EXPECT_THROW(parse_protocol("bogus"), std::invalid_argument);
+}
+
+}  // namespace
+}  // namespace crossmod::harness
