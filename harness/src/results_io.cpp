@@ -590,7 +590,7 @@ std::optional<std::string> find_resumable(const std::string& dir, const std::str
     } catch (const std::exception&) {
       continue;
     }
-    if (json_find_string(json, "kind") == kind &&
+    if (json_find_string(json, "run_kind") == kind &&
         json_find_string(json, "config_key") == config_key) {
       return csv;
     }

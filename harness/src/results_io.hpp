@@ -165,7 +165,7 @@ std::optional<std::string> json_find_string(const std::string& json, const std::
 std::string utc_stamp();
 std::string utc_iso8601();
 
-// For --resume: the newest sweep-*.csv in `dir` whose JSON context has kind == `kind` and
+// For --resume: the newest sweep-*.csv in `dir` whose JSON context has run_kind == `kind` and
 // config_key == `config_key`; nullopt if none. Returns the CSV path.
 std::optional<std::string> find_resumable(const std::string& dir, const std::string& kind,
                                           const std::string& config_key);

@@ -1,0 +1,252 @@
+#!/usr/bin/python3
+"""Smoke tests of `crossmod sweep` / `crossmod calibrate` against the real binary.
+
+Usage: sweep_smoke.py CROSSMOD_BINARY TEST_NAME
+Each test uses its own temporary directory and checks files against the results schema
+(harness/src/results_io.hpp). Exit status 0 = pass; the failure reason is printed.
+"""
+import csv
+import glob
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+COLUMNS = ("schema_version,cell_id,phase,protocol,wait_ticks,wait_ns,straddle,site_offset,"
+           "executors,placement,rep,dwell_ticks,toggles,exposed_toggles,executions,state_a,"
+           "state_b,traps,late_traps,sigill,sigsegv,sigbus,stray_trap,crash,hang,failures,"
+           "stopped_early,low_exposure,outcome,duration_s,patcher_pu,executor_pus,"
+           "first_fault_pc_offset,first_fault_bytes,note").split(",")
+INTS = {"schema_version", "cell_id", "wait_ticks", "straddle", "site_offset", "executors", "rep",
+        "dwell_ticks", "toggles", "exposed_toggles", "executions", "state_a", "state_b", "traps",
+        "late_traps", "sigill", "sigsegv", "sigbus", "stray_trap", "crash", "hang", "failures",
+        "stopped_early", "low_exposure", "patcher_pu"}
+FLOATS = {"wait_ns", "duration_s"}
+FLAGS = {"crash", "hang", "stopped_early", "low_exposure"}
+
+BIN = sys.argv[1]
+
+
+class Fail(Exception):
+    pass
+
+
+def check(cond, msg):
+    if not cond:
+        raise Fail(msg)
+
+
+def run(args, timeout=300, expect=0):
+    p = subprocess.run([BIN] + args, capture_output=True, text=True, timeout=timeout)
+    if expect is not None and p.returncode != expect:
+        raise Fail(f"{' '.join(args)}: exit {p.returncode}, expected {expect}\nstdout:\n{p.stdout}\nstderr:\n{p.stderr}")
+    return p
+
+
+def read_sweep(out):
+    csvs = sorted(glob.glob(os.path.join(out, "sweep-*.csv")))
+    check(len(csvs) == 1, f"expected one sweep CSV in {out}, found {csvs}")
+    path = csvs[0]
+    with open(path, newline="") as f:
+        text = f.read()
+    check(text.endswith("\n"), "CSV does not end with a whole row")
+    rows = list(csv.reader(text.splitlines()))
+    check(rows[0] == COLUMNS, f"header differs: {rows[0]}")
+    typed = []
+    for i, r in enumerate(rows[1:], start=2):
+        check(len(r) == len(COLUMNS), f"line {i}: {len(r)} fields")
+        d = dict(zip(COLUMNS, r))
+        for c in INTS:
+            d[c] = int(d[c])
+        for c in FLOATS:
+            d[c] = float(d[c])
+        for c in FLAGS:
+            check(d[c] in (0, 1), f"line {i}: {c}={d[c]}")
+        check(d["schema_version"] == 1, f"line {i}: schema_version")
+        check(d["exposed_toggles"] <= d["toggles"], f"line {i}: exposed > toggles")
+        if d["crash"] or d["hang"]:
+            check(d["failures"] >= 1, f"line {i}: crash/hang with failures 0")
+        check(d["outcome"] in ("ok", "crash", "hang", "error", "blind"), f"line {i}: outcome {d['outcome']}")
+        typed.append(d)
+    ctx_path = path[:-4] + ".json"
+    with open(ctx_path) as f:
+        ctx = json.load(f)
+    for key in ("schema_version", "kind", "git_sha", "compiler", "machine", "config", "command",
+                "started_utc", "finished_utc"):
+        check(key in ctx, f"context lacks {key}")
+    check(ctx["kind"] == "crossmod-sweep-context", "context kind")
+    return path, typed, ctx
+
+
+def t_preset(out):
+    t0 = time.time()
+    run(["sweep", "--preset", "smoke", "--out", out, "--quiet"])
+    _, rows, ctx = read_sweep(out)
+    check(len(rows) == ctx["cells_planned"] and len(rows) > 0, "cell count")
+    check(ctx["finished_utc"], "finished time not recorded")
+    protos = {r["protocol"] for r in rows}
+    check(protos == {"wordpatch", "naive", "callpatch", "aligned", "sync-core"}, f"protocols {protos}")
+    for r in rows:
+        if r["protocol"] in ("callpatch", "aligned", "sync-core"):
+            check(r["failures"] == 0, f"negative control failed: {r}")
+    print(f"smoke preset: {len(rows)} cells in {time.time() - t0:.1f} s")
+
+
+def t_hang(out):
+    run(["sweep", "--preset", "smoke", "--out", out, "--quiet", "--protocols", "selftest-hang,aligned",
+         "--waits", "0", "--straddles", "1", "--aligned-offsets", "0", "--watchdog", "1"], timeout=60)
+    _, rows, _ = read_sweep(out)
+    check(len(rows) == 2, f"{len(rows)} rows: the sweep did not go on after the hang")
+    h = rows[0]
+    check(h["protocol"] == "selftest-hang" and h["hang"] == 1 and h["outcome"] == "hang" and h["failures"] >= 1,
+          f"hang not recorded: {h}")
+    check(rows[1]["outcome"] == "ok", f"cell after the hang: {rows[1]}")
+
+
+def t_torn(out):
+    run(["sweep", "--preset", "smoke", "--out", out, "--quiet", "--protocols", "selftest-torn",
+         "--waits", "0", "--straddles", "1,3"], timeout=120)
+    _, rows, _ = read_sweep(out)
+    check(len(rows) == 2, "rows")
+    for r in rows:
+        check(r["failures"] > 0 and r["crash"] == 0 and r["hang"] == 0, f"torn faults not counted: {r}")
+        check(r["sigill"] + r["sigsegv"] + r["sigbus"] + r["stray_trap"] > 0, f"no fault classes: {r}")
+
+
+def t_crash(out):
+    run(["sweep", "--preset", "smoke", "--out", out, "--quiet", "--protocols", "selftest-crash",
+         "--waits", "0", "--straddles", "1"], timeout=60)
+    _, rows, _ = read_sweep(out)
+    check(len(rows) == 1 and rows[0]["crash"] == 1 and rows[0]["failures"] >= 1, f"crash: {rows}")
+
+
+def t_bad_input(tmp):
+    bad_preset = os.path.join(tmp, "bad.toml")
+    with open(bad_preset, "w") as f:
+        f.write('schema_version = 1\nname = "bad"\n[grid]\nprotocols = ["wordpatch"\nwaits = [0]\n')
+    a_file = os.path.join(tmp, "a-file")
+    open(a_file, "w").close()
+    out = os.path.join(tmp, "out")
+    cases = [
+        (["--protocols", "bogus"], "unknown protocol"),
+        (["--straddles", "5"], "outside 0..4"),
+        (["--waits=-5"], "negative"),
+        (["--executors", "0"], "executor count 0"),
+        (["--placements", "cross-package"], "impossible"),
+        (["--config", bad_preset], "bad.toml:"),
+        (["--preset", "no-such-preset"], "unknown preset"),
+    ]
+    ncpu_pkgs = len({open(p).read().strip() for p in glob.glob("/sys/devices/system/cpu/cpu*/topology/physical_package_id")})
+    for extra, needle in cases:
+        if "cross-package" in extra and ncpu_pkgs > 1:
+            continue
+        args = ["sweep", "--out", out, "--quiet"] + (extra if extra[0] in ("--config", "--preset") else ["--preset", "smoke"] + extra)
+        p = run(args, expect=2, timeout=60)
+        check(needle in p.stderr, f"{extra}: '{needle}' not in stderr: {p.stderr!r}")
+        check(len(p.stderr.strip().splitlines()) == 1, f"{extra}: not one line: {p.stderr!r}")
+        check(not os.path.exists(out), f"{extra}: {out} was created")
+    p = run(["sweep", "--preset", "smoke", "--out", os.path.join(a_file, "sub"), "--quiet"], expect=2)
+    check("cannot be created" in p.stderr or "not a directory" in p.stderr, p.stderr)
+
+
+def t_resume(out):
+    base = ["sweep", "--preset", "smoke", "--out", out, "--quiet", "--protocols", "aligned,callpatch",
+            "--waits", "0", "--straddles", "1", "--aligned-offsets", "0,13", "--reps", "2"]
+    run(base, timeout=120)
+    path, rows, _ = read_sweep(out)
+    check(len(rows) == 6, f"{len(rows)} rows")
+    # Simulate a sweep killed after two cells (plus a torn half row).
+    with open(path) as f:
+        lines = f.read().splitlines(True)
+    with open(path, "w") as f:
+        f.writelines(lines[:3])
+        f.write("1,3,grid,aligned,0,0.0")
+    p = run(base + ["--resume"], timeout=120)
+    check("2 of 6 cells already done" in p.stderr, f"resume message: {p.stderr!r}")
+    path2, rows2, ctx = read_sweep(out)
+    check(path2 == path, "resume wrote a new file")
+    check(len(rows2) == 6, f"{len(rows2)} rows after resume")
+    check([r["cell_id"] for r in rows2] == [1, 2, 3, 4, 5, 6], "cell ids")
+    keys = [(r["protocol"], r["wait_ticks"], r["straddle"], r["site_offset"], r["rep"]) for r in rows2]
+    check(len(set(keys)) == 6, f"duplicate cells: {keys}")
+    check(ctx["cells_resumed"] == 2 and ctx["cells_run"] == 4, f"context counts {ctx['cells_resumed']} {ctx['cells_run']}")
+    # A different config does not resume this file.
+    run(base[:-2] + ["--reps", "1", "--resume"], timeout=120)
+    check(len(glob.glob(os.path.join(out, "sweep-*.csv"))) == 2, "a different config resumed the old file")
+
+
+def t_sigint(out):
+    args = [BIN, "sweep", "--preset", "smoke", "--out", out, "--quiet", "--protocols", "aligned,selftest-hang",
+            "--waits", "0", "--straddles", "1", "--aligned-offsets", "0", "--watchdog", "60"]
+    p = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    time.sleep(3)
+    t0 = time.time()
+    p.send_signal(signal.SIGINT)
+    stdout, stderr = p.communicate(timeout=20)
+    check(p.returncode == 130, f"exit {p.returncode}, expected 130; stderr {stderr!r}")
+    check(time.time() - t0 < 10, "did not stop promptly")
+    check("--resume" in stderr and "interrupted" in stderr, f"stderr {stderr!r}")
+    _, rows, ctx = read_sweep(out)
+    check(len(rows) == 1 and rows[0]["protocol"] == "aligned", f"rows after SIGINT: {rows}")
+    check(ctx["interrupted"] is True, "context not marked interrupted")
+
+
+def t_calibrate(out):
+    tmax = os.path.join(out, "tmax.toml")
+    p = run(["calibrate", "--preset", "smoke", "--budget", "8", "--out", out, "--tmax-out", tmax, "--quiet"],
+            timeout=240, expect=None)
+    check(p.returncode in (0, 1), f"calibrate exit {p.returncode}: {p.stderr}")
+    _, rows, ctx = read_sweep(out)
+    check(ctx.get("run_kind") == "calibrate", "run_kind")
+    phases = {r["phase"] for r in rows}
+    check("control" in phases, f"phases {phases}")
+    cal = glob.glob(os.path.join(out, "calibrate-*.json"))
+    check(len(cal) == 1, "calibrate json")
+    with open(cal[0]) as f:
+        summary = json.load(f)
+    if p.returncode == 0:
+        import tomllib
+        with open(tmax, "rb") as f:
+            t = tomllib.load(f)
+        check(t["schema_version"] == 1 and t["tmax"]["recommended_ticks"] >= 100, "tmax toml")
+        check(t["tmax"]["recommended_ticks"] % 50 == 0, "recommended not a multiple of 50")
+        check(t["evidence"]["failures_at_or_above"] == 0, "evidence")
+        check(summary["status"] == "ok", "status")
+    else:
+        check(not os.path.exists(tmax), "Tmax written despite a failed run")
+        check(summary["status"] != "ok", "status")
+
+
+def t_stress_naive(out):
+    run(["sweep", "--preset", "smoke", "--out", out, "--quiet", "--protocols", "naive", "--waits", "0",
+         "--straddles", "1,2,3,4", "--toggles", "3000000", "--max-failures", "5", "--watchdog", "120"], timeout=900)
+    _, rows, _ = read_sweep(out)
+    for r in rows:
+        check(r["failures"] > 0, f"naive did not tear at S={r['straddle']} within {r['toggles']} toggles")
+
+
+TESTS = {"preset": t_preset, "hang": t_hang, "torn": t_torn, "crash": t_crash, "bad_input": t_bad_input,
+         "resume": t_resume, "sigint": t_sigint, "calibrate": t_calibrate, "stress_naive": t_stress_naive}
+
+
+def main():
+    name = sys.argv[2]
+    tmp = tempfile.mkdtemp(prefix=f"crossmod-smoke-{name}-")
+    try:
+        out = tmp if name == "bad_input" else os.path.join(tmp, "out")
+        TESTS[name](out)
+    except Fail as e:
+        print(f"FAIL {name}: {e}", file=sys.stderr)
+        print(f"(files kept in {tmp})", file=sys.stderr)
+        return 1
+    shutil.rmtree(tmp, ignore_errors=True)
+    print(f"PASS {name}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
