@@ -499,6 +499,20 @@ def latency_cdf(samples: dict, machine: Machine, source: Path, out_dir: Path,
     return _save(fig, out_dir, "latency_cdf", svg, top=0.93)
 
 
+def _bench_subtitle(bench: Bench, machine: Machine, extra: str = "") -> str:
+    """Subtitle for bench plots: which Tmax the engine ran with, flagged when it was the
+    built-in default rather than a calibrated value."""
+    ctx = bench.context
+    text = machine.subtitle(bench.path)
+    if ctx.get("tmax_ticks") is not None:
+        text += f"; engine Tmax {ctx['tmax_ticks']} ticks"
+        if ctx.get("tmax_is_default") in (True, "true", 1):
+            text += " (BUILT-IN DEFAULT, not calibrated)"
+        elif ctx.get("tmax_source"):
+            text += f" from {ctx['tmax_source']}"
+    return text + extra
+
+
 def _throughput_table(bench: Bench) -> dict[tuple[str, int], dict[float, dict]]:
     table: dict[tuple[str, int], dict[float, dict]] = {}
     for e in bench.group("throughput"):
@@ -514,7 +528,7 @@ def throughput_rate(bench: Bench, machine: Machine, out_dir: Path, svg: bool = T
     if not table:
         raise Skip(f"{bench.path.name} has no throughput/<protocol>/rate:<hz>/executors:<n> results")
     fig, axes = _figure("Executor throughput while toggling, relative to no toggling (0 Hz)",
-                        machine.subtitle(bench.path), figsize=(10.0, 6.0))
+                        _bench_subtitle(bench, machine), figsize=(10.0, 6.0))
     ax = axes[0, 0]
     markers = ["o", "s", "^", "D", "v", "P"]
     execs = sorted({e for _, e in table})
@@ -555,7 +569,7 @@ def throughput_executors(bench: Bench, machine: Machine, out_dir: Path, svg: boo
     protocols = sorted({p for p, _ in table})
     rates = sorted({r for by_rate in table.values() for r in by_rate})
     fig, axes = _figure("Executor throughput vs number of executors, per toggle rate",
-                        machine.subtitle(bench.path) + "; calls/s summed over all executors",
+                        _bench_subtitle(bench, machine, "; calls/s summed over all executors"),
                         1, len(protocols), figsize=(max(7.0, 4.2 * len(protocols)), 5.2),
                         sharey=True)
     cmap = plt.get_cmap("viridis")
@@ -597,7 +611,7 @@ def invocation(bench: Bench, machine: Machine, out_dir: Path, svg: bool = True) 
     names = [n for n in _INVOKE_ORDER if n in entries] + sorted(n for n in entries if n not in _INVOKE_ORDER)
     values = [entries[n]["ns_per_call"] for n in names]
     fig, axes = _figure("Invocation cost per call: probe sites against the baselines",
-                        machine.subtitle(bench.path), figsize=(10.0, 1.8 + 0.38 * len(names)))
+                        _bench_subtitle(bench, machine), figsize=(10.0, 1.8 + 0.38 * len(names)))
     ax = axes[0, 0]
     colors = []
     for n in names:
