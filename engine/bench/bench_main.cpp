@@ -359,6 +359,10 @@ int run(const Options& opts) {
                "for this machine. Run `crossmod calibrate` or pass --tmax-config.\n",
                slug, e.tmax_ticks);
   }
+  if (!e.tmax_is_default && cfg.machine != slug)
+    fmt::print(stderr,
+               "crossmod bench: WARNING: Tmax config {} was calibrated on '{}', this machine is "
+               "'{}'.\n", e.tmax_source, cfg.machine, slug);
   if (an.oversubscribed && !an.warning.empty())
     fmt::print(stderr, "crossmod bench: warning: {}\n", an.warning);
 
@@ -375,6 +379,7 @@ int run(const Options& opts) {
   benchmark::AddCustomContext("tmax_ticks", std::to_string(e.tmax_ticks));
   benchmark::AddCustomContext("tmax_source", e.tmax_source);
   benchmark::AddCustomContext("tmax_is_default", e.tmax_is_default ? "true" : "false");
+  benchmark::AddCustomContext("tmax_machine", cfg.machine);
   benchmark::AddCustomContext("tmax_observed_ticks", std::to_string(cfg.observed_ticks));
   benchmark::AddCustomContext("topology", topo.summary());
   benchmark::AddCustomContext("placement", "spread");

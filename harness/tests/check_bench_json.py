@@ -170,6 +170,44 @@ def validate(out_dir, want_summary, p):
     return skipped
 
 
+TMAX_FIXTURE = """schema_version = 1
+[machine]
+slug = "bench-smoke-fixture"
+[tmax]
+recommended_ticks = 1234
+observed_ticks = 1000
+tsc_hz = 2.5e9
+"""
+
+
+def check_tmax_config(crossmod, work, p):
+    """--tmax-config: a valid file reaches the JSON context; a malformed one exits 2."""
+    good = os.path.join(work, "tmax-good.toml")
+    bad = os.path.join(work, "tmax-bad.toml")
+    with open(good, "w") as f:
+        f.write(TMAX_FIXTURE)
+    with open(bad, "w") as f:
+        f.write(TMAX_FIXTURE.replace("recommended_ticks = 1234", 'recommended_ticks = "soon"'))
+    out = os.path.join(work, "out-config")
+    rc = subprocess.run([crossmod, "bench", "--tmax-config", good, "--filter",
+                         "latency/wordpatch_straddle_s1/executors:0", "--min-time", "0.01",
+                         "--out", out], cwd=work, stdout=subprocess.DEVNULL).returncode
+    if p.check(rc == 0, f"bench with a valid --tmax-config exited {rc}"):
+        path = newest(os.path.join(out, "bench-*Z.json"))
+        if p.check(path, "no JSON from the --tmax-config run"):
+            with open(path) as f:
+                ctx = json.load(f)["context"]
+            p.check(ctx.get("tmax_ticks") == "1234", f"tmax_ticks {ctx.get('tmax_ticks')!r}")
+            p.check(ctx.get("tmax_is_default") == "false", "tmax_is_default should be false")
+            p.check(ctx.get("tmax_source") == good, f"tmax_source {ctx.get('tmax_source')!r}")
+    r = subprocess.run([crossmod, "bench", "--tmax-config", bad, "--filter", "invoke/empty_loop",
+                        "--out", os.path.join(work, "out-bad")], cwd=work,
+                       stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    p.check(r.returncode == 2, f"malformed --tmax-config exited {r.returncode}, want 2")
+    p.check("recommended_ticks" in r.stderr, f"malformed config error does not name the field: "
+            f"{r.stderr.strip()!r}")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     g = ap.add_mutually_exclusive_group(required=True)
@@ -190,6 +228,7 @@ def main():
         rc = subprocess.run(cmd, cwd=work).returncode
         p.check(rc == 0, f"crossmod bench exited with {rc}")
         skipped = validate(out, True, p) or []
+        check_tmax_config(args.run, work, p)
         keep = work
     else:
         skipped = validate(args.dir, args.summary, p) or []
