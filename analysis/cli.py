@@ -115,6 +115,10 @@ def process_folder(folder: Path, out_dir: Path, svg: bool, all_sweeps: bool) -> 
     latency_path = latency_path or loaders.newest(folder, "latency")
     latency = loaders.load_latency_csv(latency_path) if latency_path else None
 
+    bench_summary_path = loaders.newest(folder, "bench_summary")
+    if bench_summary_path:
+        summary["bench_summary"] = loaders.load_json(bench_summary_path, "bench summary")
+        summary["inputs"]["bench_summary"] = bench_summary_path.name
     calibrate_path = loaders.newest(folder, "calibrate")
     calibrate = loaders.load_json(calibrate_path, "calibrate summary") if calibrate_path else None
 
@@ -126,12 +130,20 @@ def process_folder(folder: Path, out_dir: Path, svg: bool, all_sweeps: bool) -> 
               "from the sweep alone", file=sys.stderr)
 
     def number(v):
-        return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0 else None
+        # Google Benchmark custom context values are strings ("2500000000").
+        if isinstance(v, bool):
+            return None
+        try:
+            value = float(v)
+        except (TypeError, ValueError):
+            return None
+        return value if math.isfinite(value) and value > 0 else None
 
     tsc_hz = (number(ctx_machine.get("tsc_hz")) or (tmax.tsc_hz if tmax else None)
               or (number(bench.context.get("tsc_hz")) if bench else None)
               or (_tsc_from_rows(sweep.rows) if sweep else None))
-    brand = str(ctx_machine.get("brand") or (tmax.machine.get("brand", "") if tmax else ""))
+    brand = str(ctx_machine.get("brand") or (bench.context.get("cpu_brand") if bench else "")
+                or (tmax.machine.get("brand", "") if tmax else ""))
     machine = plots.Machine(slug=slug, brand=brand, tsc_hz=tsc_hz)
     summary["machine"] = {"slug": slug, "brand": brand, "tsc_hz": tsc_hz}
     summary["inputs"].update(bench=_rel(bench_path, folder), latency=_rel(latency_path, folder),

@@ -55,11 +55,14 @@ class InputError(Exception):
 
 # ---------------------------------------------------------------------------- discovery
 
+# Stamps are UTC "%Y%m%dT%H%M%SZ" (harness utc_stamp) and never contain '-', which keeps
+# bench-<stamp>.json apart from bench-<stamp>-summary.json and bench-<stamp>-latency.csv.
 _STAMPED = {
-    "sweep": re.compile(r"^sweep-(?P<stamp>.+)\.csv$"),
-    "calibrate": re.compile(r"^calibrate-(?P<stamp>.+)\.json$"),
-    "bench": re.compile(r"^bench-(?P<stamp>(?!.*-latency$).+)\.json$"),
-    "latency": re.compile(r"^bench-(?P<stamp>.+)-latency\.csv$"),
+    "sweep": re.compile(r"^sweep-(?P<stamp>[^-]+)\.csv$"),
+    "calibrate": re.compile(r"^calibrate-(?P<stamp>[^-]+)\.json$"),
+    "bench": re.compile(r"^bench-(?P<stamp>[^-]+)\.json$"),
+    "bench_summary": re.compile(r"^bench-(?P<stamp>[^-]+)-summary\.json$"),
+    "latency": re.compile(r"^bench-(?P<stamp>[^-]+)-latency\.csv$"),
 }
 
 

@@ -231,9 +231,11 @@ def bench_json(slug: str, seed: int = 2) -> dict:
         "context": {"date": "2026-11-21T05:10:00+00:00", "host_name": "bench-host",
                     "executable": "build/crossmod", "num_cpus": 4, "mhz_per_cpu": 2500,
                     "cpu_scaling_enabled": False, "library_build_type": "release",
-                    "caches": [], "tmax_ticks": 3200, "tmax_source": f"configs/tmax/{slug}.toml",
-                    "tmax_is_default": False, "machine_slug": slug, "tsc_hz": m["tsc_hz"],
-                    "crossmod_schema_version": 1},
+                    "caches": [],
+                    # AddCustomContext values are strings, as crossmod bench writes them.
+                    "tmax_ticks": "3200", "tmax_source": f"configs/tmax/{slug}.toml",
+                    "tmax_is_default": "false", "machine_slug": slug, "cpu_brand": m["brand"],
+                    "tsc_hz": str(m["tsc_hz"]), "crossmod_schema_version": "1"},
         "benchmarks": benches,
     }
 

@@ -111,3 +111,20 @@ def test_newest_sweep_by_default_all_with_flag(tmp_path):
     pooled = json.loads((out / "summary.json").read_text())
     assert pooled["inputs"]["sweep"] == [old.name, f"sweep-{STAMP}.csv"]
     assert pooled["sweep"]["cells"] == newest_only["sweep"]["cells"] + 4
+
+
+def test_bench_only_folder_uses_bench_context(tree, tmp_path):
+    # No sweep and no latency CSV: brand and TSC rate come from the bench context (whose
+    # custom values are strings), sweep and latency plots are skipped, exit 0.
+    folder = tmp_path / "results" / INTEL
+    folder.mkdir(parents=True)
+    src = tree / "results" / INTEL
+    for f in src.glob("bench-*.json"):
+        (folder / f.name).write_bytes(f.read_bytes())
+    assert cli.main([str(folder), "--no-svg"]) == 0
+    summary = json.loads((folder / "plots" / "summary.json").read_text())
+    assert summary["machine"] == {"slug": INTEL, "brand": "Intel(R) Xeon(R) Gold 6248 CPU @ 2.50GHz",
+                                  "tsc_hz": 2.5e9}
+    assert set(summary["skipped"]) == set(SWEEP_PLOTS) | {"latency_hist", "latency_cdf"}
+    for name in ("throughput_rate", "throughput_executors", "invocation"):
+        assert_real_png(folder / "plots" / f"{name}.png")

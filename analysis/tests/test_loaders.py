@@ -179,3 +179,7 @@ def test_newest_file_by_stamp(tmp_path):
     assert loaders.newest(tmp_path, "bench").name == "bench-20261121T045700Z.json"
     assert loaders.newest(tmp_path, "latency").name == "bench-20261121T045700Z-latency.csv"
     assert loaders.newest(tmp_path, "sweep") is None
+    # The bench summary written beside the Google Benchmark JSON is not a bench file.
+    (tmp_path / "bench-20261121T045700Z-summary.json").write_text("{}")
+    assert loaders.newest(tmp_path, "bench").name == "bench-20261121T045700Z.json"
+    assert loaders.newest(tmp_path, "bench_summary").name == "bench-20261121T045700Z-summary.json"
