@@ -288,28 +288,51 @@ CalibrateOutcome run_calibration(const SweepConfig& cfg, CalibrateEnv& env) {
     if (!f) return out;
     top_failed = *f;
   }
-  TmaxDerivation d = derive_tmax(out.rows);
-  while (d.observed_ticks && d.max_failing_wait && *d.observed_ticks - *d.max_failing_wait > k.resolution_ticks) {
-    const std::uint64_t lo = *d.max_failing_wait, hi = *d.observed_ticks;
-    std::uint64_t mid = lo + (hi - lo) / 2 / k.resolution_ticks * k.resolution_ticks;
-    if (mid <= lo) mid = lo + k.resolution_ticks;
-    if (mid >= hi) break;
-    const auto steps = static_cast<std::size_t>(std::ceil(std::log2(static_cast<double>(hi - lo) / static_cast<double>(k.resolution_ticks))));
-    if (!wait_fails(mid, std::max<std::size_t>(steps, 1) * nS)) return out;
-    d = derive_tmax(out.rows);
+  // The search decides on "any failure at W" only: a clean low-exposure cell still points
+  // the search upward, but only confirmation cells with enough exposure become evidence
+  // (derive_tmax at the end applies the evidence rules to every row).
+  std::set<std::uint64_t> failing, clean;
+  for (const auto& r : out.rows) {
+    if (r.protocol != "wordpatch") continue;
+    (r.failed() ? failing : clean).insert(r.wait_ticks);
   }
-  if (!d.observed_ticks) {
+  for (std::uint64_t w : failing) clean.erase(w);
+  std::optional<std::uint64_t> hi, lo;
+  if (!failing.empty()) lo = *failing.rbegin();
+  for (std::uint64_t w : clean) {
+    if (!lo || w > *lo) {
+      hi = w;
+      break;
+    }
+  }
+  if (!hi) {
     out.notes.push_back(fmt::format("no clean wait found up to {} ticks: the boundary is above the search range",
                                     k.max_wait_ticks));
-    out.tmax = d;
+    out.tmax = derive_tmax(out.rows);
     return out;
   }
-  log(fmt::format("search: boundary at W={} ticks (largest failing: {})", *d.observed_ticks,
-                  d.max_failing_wait ? std::to_string(*d.max_failing_wait) : std::string("none")));
+  while (lo && *hi - *lo > k.resolution_ticks) {
+    std::uint64_t mid = *lo + (*hi - *lo) / 2 / k.resolution_ticks * k.resolution_ticks;
+    if (mid <= *lo) mid = *lo + k.resolution_ticks;
+    if (mid >= *hi) break;
+    // Out of search budget (with slack for the minimum cell size): confirm from hi.
+    if (env.elapsed_s() > search_end + 0.05 * k.budget_s) {
+      out.notes.push_back(fmt::format("search budget spent; bisection stopped between {} and {} ticks", *lo, *hi));
+      break;
+    }
+    const auto steps = static_cast<std::size_t>(
+        std::ceil(std::log2(static_cast<double>(*hi - *lo) / static_cast<double>(k.resolution_ticks))));
+    const auto f = wait_fails(mid, std::max<std::size_t>(steps, 1) * nS);
+    if (!f) return out;
+    (*f ? lo : hi) = mid;
+  }
+  log(fmt::format("search: boundary at W={} ticks (largest failing: {})", *hi,
+                  lo ? std::to_string(*lo) : std::string("none")));
+  TmaxDerivation d;
 
   // (3) Confirmation at W_obs and above, over every S, executor count and placement, in
   // rounds so that the budget is spread evenly whenever it runs out.
-  std::uint64_t base = *d.observed_ticks;
+  std::uint64_t base = *hi;
   out.confirm_waits = plan_confirm_waits(base, k);
   bool stop_confirm = false;
   while (!stop_confirm) {

@@ -255,7 +255,7 @@ void run_calibrate(const CalibrateArgs& a) {
   ctx.git_sha = git_sha();
   ctx.compiler = compiler_version();
   ctx.command = command_line();
-  ctx.machine_json = machine_context_json(topo);
+  ctx.machine_json = machine_context_fallback_json(topo);
   ctx.warnings = warnings;
   ResultsWriter writer(csv_path, resume_csv.has_value());
   write_file_atomic(json_path, ctx.render());

@@ -71,7 +71,7 @@ std::string microcode() {
   return "";
 }
 
-std::string machine_context_json(const Topology& topo) {
+std::string machine_context_fallback_json(const Topology& topo) {
   const CpuIdentity id = cpu_identity();
   const TscInfo tsc = tsc_info();
   const long line = ::sysconf(_SC_LEVEL1_DCACHE_LINESIZE);

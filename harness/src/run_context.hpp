@@ -19,7 +19,7 @@ std::string microcode();        // /proc/cpuinfo "microcode", "" if absent
 // JSON object describing the machine: slug, vendor, brand, family, model, stepping,
 // microcode, kernel, hypervisor, tsc_hz, tsc_source, invariant_tsc, cache_line,
 // topology summary (and, when the sysinfo module provides it, its full report).
-std::string machine_context_json(const Topology& topo);
+std::string machine_context_fallback_json(const Topology& topo);
 
 // Throws UsageError if `dir` cannot be created or written; creates nothing.
 void check_writable_dir(const std::string& dir, const char* what);

@@ -121,6 +121,7 @@ struct FakeMachine {
   std::uint64_t boundary = 300;
   std::map<std::uint64_t, int> one_off_failures;  // wait -> failures left to inject
   bool negative_control_fails = false;
+  std::uint64_t low_exposure_below = 0;  // wordpatch cells in [boundary, this) have low exposure
   double clock = 0;
   std::vector<CellSpec> specs;
 
@@ -141,6 +142,10 @@ struct FakeMachine {
       }
     }
     if (s.protocol == Protocol::callpatch && negative_control_fails) fail = true;
+    if (s.protocol == Protocol::wordpatch && !fail && s.wait_ticks < low_exposure_below) {
+      r.low_exposure = true;
+      r.exposed_toggles = s.toggles / 10;
+    }
     if (fail) {
       r.failures = 1;
       r.sigill = 1;
@@ -203,6 +208,17 @@ TEST(Calibrate, ConfirmationFailureMovesTheBoundaryUp) {
   EXPECT_EQ(*out.tmax.observed_ticks, 600u);
   EXPECT_EQ(out.replans, 1u);
   EXPECT_EQ(out.confirm_waits.front(), 600u);
+}
+
+TEST(Calibrate, LowExposureCleanCellsGuideTheSearchButAreNotEvidence) {
+  FakeMachine m;
+  m.low_exposure_below = 400;  // 300..399 clean but low exposure
+  const auto out = calibrate_against(m, calib_config());
+  ASSERT_TRUE(out.tmax.observed_ticks);
+  EXPECT_EQ(out.confirm_waits.front(), 300u);
+  EXPECT_EQ(*out.tmax.observed_ticks, 400u);  // 300 was never trusted; 400 (ladder) was
+  EXPECT_GT(out.tmax.low_exposure_cells, 0u);
+  EXPECT_LT(m.clock, 132);
 }
 
 TEST(Calibrate, NegativeControlFailureStopsBeforeTheSearch) {
