@@ -1,7 +1,9 @@
-// The engine's SIGTRAP handler and the lock-free site table it shares with wordpatch.
+// The engine's SIGTRAP handler and the lock-free site table it shares with wordpatch: an
+// executor that traps on a locked site's int3 waits until that lock is released, then
+// re-executes the site; every other trap is chained to the previous disposition.
 // Thread safety: install() is thread-safe and idempotent; the handler and every site_*
 // function are async-signal-safe (lock-free atomics on a static table, no allocation,
-// errno saved and restored).
+// errno saved and restored). The table holds 16384 distinct sites per process.
 #include "crossmod/trap.hpp"
 
 #include <sched.h>

@@ -86,6 +86,9 @@ Status WordPatcher::patch(void* addr, std::span<const std::uint8_t> bytes) noexc
 Status WordPatcher::start_patch(void* addr, std::span<const std::uint8_t> bytes,
                                 PatchHandle* h) noexcept {
   if (h == nullptr) return Status::bad_address;
+  // A handle still in flight owns a site lock; overwriting it would leave that site locked
+  // (and its executors parked) forever.
+  if (h->phase == 1 || h->phase == 2) return Status::busy;
   *h = PatchHandle{};
   if (init_ != Status::ok) return init_;
   if (Status s = validate(addr, bytes); s != Status::ok) return s;

@@ -120,6 +120,10 @@ TEST(WordPatch, StartPatchLocksWithInt3ThenFinishes) {
   t.join();
   EXPECT_EQ(site[0], x86::kInt3);
 
+  // The in-flight handle cannot be reused for another patch before it is finished.
+  EXPECT_EQ(wp.start_patch(mem.data() + 8, bytes, &h), Status::busy);
+  EXPECT_EQ(h.phase, 1);
+
   ASSERT_EQ(wp.finish_patch(&h), Status::ok);
   EXPECT_EQ(h.phase, 3);
   EXPECT_EQ(0, std::memcmp(site, bytes, 5));
@@ -184,6 +188,7 @@ struct ConcurrencyParam {
   unsigned split;
   int executors;
   bool sync_core;
+  InlineStore store = InlineStore::locked;
 };
 
 class WordPatchConcurrent : public ::testing::TestWithParam<ConcurrencyParam> {};
@@ -192,13 +197,13 @@ class WordPatchConcurrent : public ::testing::TestWithParam<ConcurrencyParam> {}
 // call (returns 1) and a prefixed NOP (returns 0) that differ in both lines. Any torn
 // fetch is a fault (crash) or a wrong return value.
 TEST_P(WordPatchConcurrent, TogglesUnderExecution) {
-  const auto [split, executors, sync_core] = GetParam();
+  const auto [split, executors, sync_core, store] = GetParam();
   if (sync_core && sync_core_register() != Status::ok) GTEST_SKIP() << "no membarrier SYNC_CORE";
   const std::uint64_t toggles = sync_core ? 20'000 : 100'000;
   TestSite ts(split, x86::kNop5Prefixed);
   for (unsigned i = 0; i < 5; ++i)
     ASSERT_NE(ts.state_a()[i], ts.state_b()[i]) << "states must differ in byte " << i;
-  WordPatcher wp(sync_core ? WaitPolicy::SyncCore() : WaitPolicy::Ticks(kGenerousWait));
+  WordPatcher wp(sync_core ? WaitPolicy::SyncCore() : WaitPolicy::Ticks(kGenerousWait), store);
   ASSERT_EQ(wp.init_status(), Status::ok);
   const trap::Stats before = trap::stats();
 
@@ -228,9 +233,10 @@ TEST_P(WordPatchConcurrent, TogglesUnderExecution) {
   EXPECT_GT(counts.ran[0].load(), 0u);
   EXPECT_GT(counts.ran[1].load(), 0u);
   EXPECT_EQ(after.chained, before.chained) << "a trap at the site was not recognised";
-  std::printf("S=%u executors=%d %s: %llu patches, call ran %llu, nop ran %llu, "
+  std::printf("S=%u executors=%d %s%s: %llu patches, call ran %llu, nop ran %llu, "
               "locked traps %llu, late traps %llu\n",
               split, executors, sync_core ? "sync-core" : "W=20000",
+              store == InlineStore::plain ? " plain stores" : "",
               static_cast<unsigned long long>(toggles),
               static_cast<unsigned long long>(counts.ran[1].load()),
               static_cast<unsigned long long>(counts.ran[0].load()),
@@ -244,11 +250,14 @@ INSTANTIATE_TEST_SUITE_P(
                       ConcurrencyParam{3, 1, false}, ConcurrencyParam{4, 1, false},
                       ConcurrencyParam{1, 2, false}, ConcurrencyParam{2, 2, false},
                       ConcurrencyParam{3, 2, false}, ConcurrencyParam{4, 2, false},
-                      ConcurrencyParam{2, 1, true}, ConcurrencyParam{4, 2, true}),
+                      ConcurrencyParam{2, 1, true}, ConcurrencyParam{4, 2, true},
+                      ConcurrencyParam{1, 1, false, InlineStore::plain},
+                      ConcurrencyParam{3, 1, false, InlineStore::plain}),
     [](const ::testing::TestParamInfo<ConcurrencyParam>& p) {
       char name[32];
-      std::snprintf(name, sizeof name, "S%u_E%d%s", p.param.split, p.param.executors,
-                    p.param.sync_core ? "_SyncCore" : "");
+      std::snprintf(name, sizeof name, "S%u_E%d%s%s", p.param.split, p.param.executors,
+                    p.param.sync_core ? "_SyncCore" : "",
+                    p.param.store == InlineStore::plain ? "_Plain" : "");
       return std::string(name);
     });
 
