@@ -160,6 +160,34 @@ std::uint64_t ToggleRateModel::toggles_for(Protocol p, std::uint64_t w, double s
 
 namespace {
 
+// TOML basic string.
+std::string toml_string(std::string_view s) {
+  std::string out(1, '"');
+  for (unsigned char c : s) {
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += static_cast<char>(c);
+    } else if (c < 0x20) {
+      out += fmt::format("\\u{:04X}", c);
+    } else {
+      out += static_cast<char>(c);
+    }
+  }
+  out += '"';
+  return out;
+}
+
+// A TOML float that stays a float (fmt prints 600.0 as "600").
+std::string toml_float(double v) {
+  std::string s = fmt::format("{}", v);
+  if (s.find_first_of(".eEni") == std::string::npos) s += ".0";
+  return s;
+}
+
+double ns_1dp(std::uint64_t ticks, double hz) {
+  return std::round(static_cast<double>(ticks) * 1e10 / hz) / 10;
+}
+
 std::uint64_t round_up(std::uint64_t v, std::uint64_t m) { return (v + m - 1) / m * m; }
 
 std::vector<std::uint64_t> plan_confirm_waits(std::uint64_t base, const CalibrateParams& k) {
@@ -175,6 +203,51 @@ std::vector<std::uint64_t> plan_confirm_waits(std::uint64_t base, const Calibrat
 }
 
 }  // namespace
+
+std::string render_tmax_toml(const TmaxFileInputs& in, const TmaxDerivation& d,
+                             const std::vector<ControlVerdict>& controls) {
+  std::string t;
+  t += fmt::format("# Calibrated Tmax for this machine, written by `crossmod calibrate` on {}.\n", in.date);
+  t += "# Rerun calibrate rather than editing. Loaded by crossmod::load_tmax_config_auto().\n";
+  t += "# Evidence: 0 failures in the exposed toggles below at every tested W >= observed_ticks;\n";
+  t += "# failure_bound_95 is the one-sided 95% upper bound on the failure probability per\n";
+  t += "# exposed toggle, 1 - 0.05^(1/n): observed on this machine, not guaranteed.\n";
+  t += "schema_version = 1\n\n[machine]\n";
+  t += fmt::format("slug = {}\n", toml_string(in.slug));
+  t += fmt::format("vendor = {}\n", toml_string(in.vendor));
+  t += fmt::format("brand = {}\n", toml_string(in.brand));
+  t += fmt::format("family = {}\nmodel = {}\nstepping = {}\n", in.family, in.model, in.stepping);
+  t += fmt::format("microcode = {}\n", toml_string(in.microcode));
+  t += fmt::format("kernel = {}\n\n[tmax]\n", toml_string(in.kernel));
+  t += fmt::format("observed_ticks = {}\n", in.observed_ticks);
+  t += fmt::format("observed_ns = {}\n", toml_float(ns_1dp(in.observed_ticks, in.tsc_hz)));
+  t += fmt::format("recommended_ticks = {}\n", in.recommended_ticks);
+  t += fmt::format("recommended_ns = {}\n", toml_float(ns_1dp(in.recommended_ticks, in.tsc_hz)));
+  t += fmt::format("tsc_hz = {}\n", toml_float(std::round(in.tsc_hz)));
+  t += fmt::format("margin_rule = {}\n", toml_string(margin_rule_text()));
+  t += fmt::format("c2c_one_way_ticks = {}\n\n[evidence]\n", in.c2c_one_way_ticks);
+  t += fmt::format("toggles_at_or_above = {}\n", d.toggles_at_or_above);
+  t += fmt::format("exposed_toggles_at_or_above = {}\n", d.exposed_toggles_at_or_above);
+  t += fmt::format("failures_at_or_above = {}\n", d.failures_at_or_above);
+  t += fmt::format("failure_bound_95 = {}\n", toml_float(d.failure_bound_95));
+  t += fmt::format("cells_at_or_above = {}\n", d.cells_at_or_above);
+  t += fmt::format("low_exposure_cells_ignored = {}\n", d.low_exposure_cells);
+  if (d.max_failing_wait) t += fmt::format("largest_failing_ticks = {}\n", *d.max_failing_wait);
+  t += fmt::format("results = {}\n", toml_string(in.results));
+  t += fmt::format("command = {}\n", toml_string(in.command));
+  t += fmt::format("git_sha = {}\n", toml_string(in.git_sha));
+  t += fmt::format("date = {}\n", toml_string(in.date));
+  t += fmt::format("preset = {}\n", toml_string(in.preset));
+  for (const auto& v : controls) {
+    std::string key = "control_" + v.protocol;
+    for (char& c : key) c = c == '-' ? '_' : c;
+    t += fmt::format("{} = {}\n", key, toml_string(v.verdict));
+  }
+  t += "notes = [";
+  for (std::size_t i = 0; i < in.notes.size(); ++i) t += (i ? ", " : "") + toml_string(in.notes[i]);
+  t += "]\n";
+  return t;
+}
 
 CalibrateOutcome run_calibration(const SweepConfig& cfg, CalibrateEnv& env) {
   CalibrateOutcome out;

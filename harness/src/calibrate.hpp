@@ -49,6 +49,19 @@ struct ControlVerdict {
 };
 std::vector<ControlVerdict> control_verdicts(const std::vector<ResultRow>& rows);
 
+// configs/tmax/<slug>.toml in the engine's schema (engine/include/crossmod/tmax_config.hpp)
+// plus the evidence behind it.
+struct TmaxFileInputs {
+  std::string slug, vendor, brand, microcode, kernel;
+  unsigned family = 0, model = 0, stepping = 0;
+  std::uint64_t observed_ticks = 0, recommended_ticks = 0, c2c_one_way_ticks = 0;
+  double tsc_hz = 0;
+  std::string results, command, git_sha, date, preset;
+  std::vector<std::string> notes;
+};
+std::string render_tmax_toml(const TmaxFileInputs& in, const TmaxDerivation& d,
+                             const std::vector<ControlVerdict>& controls);
+
 // The adaptive calibration, independent of processes and files.
 struct CalibrateEnv {
   // Runs (or serves from a resumed file) one cell; nullopt when interrupted.

@@ -32,90 +32,12 @@ struct CalibrateArgs {
   double budget_s = 0;
 };
 
-// TOML basic string.
-std::string toml_string(std::string_view s) {
-  std::string out(1, '"');
-  for (unsigned char c : s) {
-    if (c == '"' || c == '\\') {
-      out += '\\';
-      out += static_cast<char>(c);
-    } else if (c < 0x20) {
-      out += fmt::format("\\u{:04X}", c);
-    } else {
-      out += static_cast<char>(c);
-    }
-  }
-  out += '"';
-  return out;
-}
-
-// A TOML float that stays a float (fmt prints 600.0 as "600").
-std::string toml_float(double v) {
-  std::string s = fmt::format("{}", v);
-  if (s.find_first_of(".eE") == std::string::npos && s.find("inf") == std::string::npos &&
-      s.find("nan") == std::string::npos) {
-    s += ".0";
-  }
-  return s;
-}
-
 struct Summary {
   std::string status;  // ok | negative-control-failed | no-boundary | interrupted
   std::uint64_t observed = 0, recommended = 0, c2c = 0;
   double tsc_hz = 0;
   std::string c2c_note;
 };
-
-std::string render_tmax_toml(const Summary& s, const CalibrateOutcome& out, const std::string& results_csv,
-                             const std::string& preset, const std::string& command, const std::string& sha) {
-  const CpuIdentity id = cpu_identity();
-  const auto& d = out.tmax;
-  std::string t;
-  t += fmt::format("# Calibrated Tmax for this machine, written by `crossmod calibrate` on {}.\n", utc_iso8601());
-  t += "# Rerun calibrate rather than editing. Loaded by crossmod::load_tmax_config_auto().\n";
-  t += "# Evidence: 0 failures in the exposed toggles below at every tested W >= observed_ticks;\n";
-  t += "# failure_bound_95 is the one-sided 95% upper bound on failure probability per exposed\n";
-  t += "# toggle (1 - 0.05^(1/n)): observed, not guaranteed.\n";
-  t += "schema_version = 1\n\n[machine]\n";
-  t += fmt::format("slug = {}\n", toml_string(machine_slug()));
-  t += fmt::format("vendor = {}\n", toml_string(id.vendor));
-  t += fmt::format("brand = {}\n", toml_string(id.brand));
-  t += fmt::format("family = {}\nmodel = {}\nstepping = {}\n", id.family, id.model, id.stepping);
-  t += fmt::format("microcode = {}\n", toml_string(microcode()));
-  t += fmt::format("kernel = {}\n\n[tmax]\n", toml_string(kernel_release()));
-  t += fmt::format("observed_ticks = {}\n", s.observed);
-  t += fmt::format("observed_ns = {}\n", toml_float(std::round(static_cast<double>(s.observed) * 1e10 / s.tsc_hz) / 10));
-  t += fmt::format("recommended_ticks = {}\n", s.recommended);
-  t += fmt::format("recommended_ns = {}\n", toml_float(std::round(static_cast<double>(s.recommended) * 1e10 / s.tsc_hz) / 10));
-  t += fmt::format("tsc_hz = {}\n", toml_float(std::round(s.tsc_hz)));
-  t += fmt::format("margin_rule = {}\n", toml_string(margin_rule_text()));
-  t += fmt::format("c2c_one_way_ticks = {}\n\n[evidence]\n", s.c2c);
-  t += fmt::format("toggles_at_or_above = {}\n", d.toggles_at_or_above);
-  t += fmt::format("exposed_toggles_at_or_above = {}\n", d.exposed_toggles_at_or_above);
-  t += fmt::format("failures_at_or_above = {}\n", d.failures_at_or_above);
-  t += fmt::format("failure_bound_95 = {}\n", toml_float(d.failure_bound_95));
-  t += fmt::format("cells_at_or_above = {}\n", d.cells_at_or_above);
-  t += fmt::format("low_exposure_cells_ignored = {}\n", d.low_exposure_cells);
-  t += fmt::format("largest_failing_ticks = {}\n", d.max_failing_wait ? static_cast<std::int64_t>(*d.max_failing_wait) : -1);
-  t += fmt::format("results = {}\n", toml_string(results_csv));
-  t += fmt::format("command = {}\n", toml_string(command));
-  t += fmt::format("git_sha = {}\n", toml_string(sha));
-  t += fmt::format("date = {}\n", toml_string(utc_iso8601()));
-  t += fmt::format("preset = {}\n", toml_string(preset));
-  for (const auto& v : out.controls) {
-    t += fmt::format("control_{} = {}\n", v.protocol == "sync-core" ? "sync_core" : v.protocol, toml_string(v.verdict));
-  }
-  std::vector<std::string> notes = out.notes;
-  if (!out.positive_control_failed) {
-    notes.push_back("positive control (naive) never failed: exposure may be too low, or this hardware did not "
-                    "tear within the budget; treat Tmax with caution");
-  }
-  if (!s.c2c_note.empty()) notes.push_back(s.c2c_note);
-  t += "notes = [";
-  for (std::size_t i = 0; i < notes.size(); ++i) t += (i ? ", " : "") + toml_string(notes[i]);
-  t += "]\n";
-  return t;
-}
 
 std::string render_calibrate_json(const Summary& s, const CalibrateOutcome& out, const std::string& results_csv,
                                   const std::string& tmax_path, const SweepContext& ctx) {
@@ -354,7 +276,32 @@ void run_calibrate(const CalibrateArgs& a) {
   }
   for (const auto& n : out.notes) fmt::print(stderr, "calibrate: note: {}\n", n);
   make_dirs(std::filesystem::path(tmax_path).parent_path().empty() ? "." : std::filesystem::path(tmax_path).parent_path().string());
-  write_file_atomic(tmax_path, render_tmax_toml(sum, out, results_rel, ctx.preset, ctx.command, ctx.git_sha));
+  TmaxFileInputs in;
+  const CpuIdentity id = cpu_identity();
+  in.slug = slug;
+  in.vendor = id.vendor;
+  in.brand = id.brand;
+  in.family = id.family;
+  in.model = id.model;
+  in.stepping = id.stepping;
+  in.microcode = microcode();
+  in.kernel = kernel_release();
+  in.observed_ticks = sum.observed;
+  in.recommended_ticks = sum.recommended;
+  in.c2c_one_way_ticks = sum.c2c;
+  in.tsc_hz = tsc_hz;
+  in.results = results_rel;
+  in.command = ctx.command;
+  in.git_sha = ctx.git_sha;
+  in.date = utc_iso8601();
+  in.preset = ctx.preset;
+  in.notes = out.notes;
+  if (!out.positive_control_failed) {
+    in.notes.push_back("positive control (naive) never failed: exposure may be too low, or this hardware did not "
+                       "tear within the budget; treat Tmax with caution");
+  }
+  if (!sum.c2c_note.empty()) in.notes.push_back(sum.c2c_note);
+  write_file_atomic(tmax_path, render_tmax_toml(in, out.tmax, out.controls));
   write_file_atomic(calib_json, render_calibrate_json(sum, out, results_rel, tmax_path, ctx));
   fmt::print("\nwrote {}\n      {}\n      {}\n", tmax_path, csv_path, calib_json);
 }

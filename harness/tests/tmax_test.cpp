@@ -5,7 +5,10 @@
 #include <map>
 #include <set>
 
+#include <unistd.h>
+
 #include "calibrate.hpp"
+#include "crossmod/tmax_config.hpp"
 #include "stats.hpp"
 
 namespace crossmod::harness {
@@ -251,6 +254,55 @@ TEST(Calibrate, ResumedRowsReplayTheSameDecisions) {
   const auto b = run_calibration(calib_config(), env);
   EXPECT_EQ(served, 20u);
   EXPECT_EQ(*b.tmax.observed_ticks, *a.tmax.observed_ticks);
+}
+
+}  // namespace
+}  // namespace crossmod::harness
+
+namespace crossmod::harness {
+namespace {
+
+TEST(TmaxFile, TheEngineLoadsWhatCalibrateWrites) {
+  std::vector<ResultRow> rows = {row(0, 5), row(300, 0), row(600, 0)};
+  const auto d = derive_tmax(rows);
+  TmaxFileInputs in;
+  in.slug = "amd-fam26-mod2-step1-1pkg";
+  in.vendor = "AuthenticAMD";
+  in.brand = "AMD \"EPYC\" \\ test";
+  in.family = 26;
+  in.model = 2;
+  in.stepping = 1;
+  in.microcode = "0x1000065";
+  in.kernel = "6.1";
+  in.observed_ticks = *d.observed_ticks;
+  in.recommended_ticks = recommend_tmax(in.observed_ticks, 180);
+  in.c2c_one_way_ticks = 180;
+  in.tsc_hz = 2.6e9;
+  in.results = "results/x/sweep-1.csv";
+  in.command = "build/crossmod calibrate";
+  in.git_sha = "abc";
+  in.date = "2026-11-21T00:00:00Z";
+  in.preset = "quick";
+  in.notes = {"a note"};
+  const std::string text = render_tmax_toml(in, d, control_verdicts({}));
+  char path[] = "/tmp/crossmod-tmax-test-XXXXXX";
+  const int fd = mkstemp(path);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(write(fd, text.data(), text.size()), static_cast<ssize_t>(text.size()));
+  close(fd);
+  TmaxConfig cfg;
+  ConfigError err;
+  const Status st = load_tmax_config(path, &cfg, &err);
+  unlink(path);
+  ASSERT_EQ(st, Status::ok) << err.to_string() << "\n" << text;
+  EXPECT_EQ(cfg.recommended_ticks, 600u);
+  EXPECT_EQ(cfg.observed_ticks, 300u);
+  EXPECT_EQ(cfg.machine, in.slug);
+  EXPECT_FALSE(cfg.is_default);
+  EXPECT_NEAR(cfg.tsc_hz, 2.6e9, 1);
+  EXPECT_NEAR(cfg.recommended_ns, 230.8, 0.05);
+  EXPECT_NE(text.find("failures_at_or_above = 0"), std::string::npos);
+  EXPECT_NE(text.find("exposed_toggles_at_or_above = 2000"), std::string::npos);
 }
 
 }  // namespace
