@@ -87,6 +87,9 @@ Topology& Topology::operator=(Topology&&) noexcept = default;
 Topology Topology::load() {
   auto m = std::make_unique<Impl>();
   if (hwloc_topology_init(&m->topo) != 0) throw std::runtime_error("hwloc_topology_init failed");
+  // hwloc 2 drops instruction caches by default; the L1i size is part of the context the
+  // results are read in (the site is fetched through it).
+  hwloc_topology_set_icache_types_filter(m->topo, HWLOC_TYPE_FILTER_KEEP_ALL);
   if (hwloc_topology_load(m->topo) != 0) {
     throw std::runtime_error(std::string("hwloc_topology_load failed: ") + std::strerror(errno));
   }

@@ -1,0 +1,31 @@
+// Core-to-core latency: one cache line ping-ponged between two threads pinned to two PUs.
+// Calibrate uses it as a floor for Tmax_recommended (a wait shorter than one line
+// transfer cannot be enough); sysinfo reports it.
+// Thread safety: measure_c2c starts and joins two threads of its own; the calling
+// thread's affinity is untouched. Not async-signal-safe.
+#pragma once
+#include <cstdint>
+#include <string>
+
+#include "topology.hpp"
+
+namespace crossmod::harness {
+
+struct C2cLatency {
+  int pu_a = -1, pu_b = -1;
+  bool ok = false;
+  std::string error;                // why ok is false ("" when ok)
+  std::uint64_t round_trips = 0;    // timed round trips (after a discarded warm-up)
+  double round_trip_ticks = 0;      // median
+  double one_way_ticks = 0;         // median round trip / 2
+  double one_way_ns = 0;            // one_way_ticks at the TSC frequency
+  double one_way_ticks_p10 = 0, one_way_ticks_p90 = 0;
+};
+
+// Ping-pongs a line between PU pu_a and PU pu_b `round_trips` times (each round trip =
+// two line transfers) and reports half the median round trip. Never throws: failures
+// (same PU, bind failure, a partner thread that does not answer within ~1 s) are
+// reported through ok/error.
+C2cLatency measure_c2c(const Topology& topo, int pu_a, int pu_b, unsigned round_trips = 20000);
+
+}  // namespace crossmod::harness
