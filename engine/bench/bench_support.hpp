@@ -5,6 +5,7 @@
 // their threads and talk to them through atomics only. Nothing is async-signal-safe.
 #pragma once
 #include <benchmark/benchmark.h>
+#include <pthread.h>
 
 #include <array>
 #include <atomic>

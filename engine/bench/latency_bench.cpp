@@ -27,6 +27,7 @@
 #include "bench_support.hpp"
 #include "crossmod/callpatch.hpp"
 #include "crossmod/code_memory.hpp"
+#include "crossmod/trap.hpp"
 #include "crossmod/wordpatch.hpp"
 #include "crossmod/x86.hpp"
 
@@ -97,6 +98,13 @@ bool start_executors(benchmark::State& st, Executors& ex, const Spec& spec,
   return false;
 }
 
+// Executors that hit a locked site's int3 during the run (waited in the engine's SIGTRAP
+// handler): how much of a straddler's cost the executors saw.
+std::uint64_t engine_traps() {
+  trap::Stats t = trap::stats();
+  return t.locked_hits + t.late_hits;
+}
+
 void fail(benchmark::State& st, const char* what, Status s) {
   st.SkipWithError(status_message(what, s).c_str());
 }
@@ -149,6 +157,7 @@ void bm_straddle(benchmark::State& st, const Spec& spec, WaitPolicy policy) {
   Executors ex;
   if (!start_executors(st, ex, spec, fx->entries())) return;
   LatencyRecorder rec(spec.name, spec.op, spec.executors);
+  const std::uint64_t traps0 = engine_traps();
   for (auto _ : st) {
     const auto& next = fx->at_a ? site.state_b() : site.state_a();
     std::uint64_t t0 = x86::rdtscp_ordered();
@@ -163,6 +172,7 @@ void bm_straddle(benchmark::State& st, const Spec& spec, WaitPolicy policy) {
   }
   ex.stop();
   rec.publish(st);
+  st.counters["executor_traps"] = static_cast<double>(engine_traps() - traps0);
 }
 
 // ---- wordpatch asynchronous, 16 straddling sites (S = 1,2,3,4,1,...): 16 start_patch
@@ -183,6 +193,7 @@ void bm_async_batch(benchmark::State& st, const Spec& spec) {
   if (!start_executors(st, ex, spec, fx->entries())) return;
   LatencyRecorder rec(spec.name, spec.op, spec.executors);
   PatchHandle handles[kBatch];
+  const std::uint64_t traps0 = engine_traps();
   double batch_sum = 0;
   std::uint64_t batches = 0;
   for (auto _ : st) {
@@ -208,6 +219,7 @@ void bm_async_batch(benchmark::State& st, const Spec& spec) {
   ex.stop();
   rec.publish(st);
   if (batches) st.counters["ticks_batch_mean"] = batch_sum / static_cast<double>(batches);
+  st.counters["executor_traps"] = static_cast<double>(engine_traps() - traps0);
 }
 
 // ---- callpatch: one toggle (activate or deactivate, alternating) of a CallSite.

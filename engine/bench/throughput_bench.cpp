@@ -22,6 +22,7 @@
 
 #include "bench_support.hpp"
 #include "crossmod/callpatch.hpp"
+#include "crossmod/trap.hpp"
 #include "crossmod/wordpatch.hpp"
 #include "crossmod/x86.hpp"
 
@@ -88,6 +89,7 @@ void bm_throughput(benchmark::State& st, const Spec& spec) {
                    : 0;
   std::uint64_t calls = 0, state_a = 0, toggles = 0, ticks = 0;
   double executor_cpu_s = 0;
+  const trap::Stats traps0 = trap::stats();
   Status bad = Status::ok;
   for (auto _ : st) {
     Executors ex;
@@ -151,6 +153,10 @@ void bm_throughput(benchmark::State& st, const Spec& spec) {
   st.counters["calls_per_executor_cpu_s"] =
       executor_cpu_s > 0 ? static_cast<double>(calls) / executor_cpu_s : 0.0;
   st.counters["straddle"] = kThroughputStraddle;
+  const trap::Stats traps1 = trap::stats();
+  // Executions that met a locked wordpatch site and waited in the engine's trap handler.
+  st.counters["executor_traps"] = static_cast<double>(
+      (traps1.locked_hits - traps0.locked_hits) + (traps1.late_hits - traps0.late_hits));
 
   const std::string key = fmt::format("{}/{}", name_of(spec.protocol), spec.executors);
   if (spec.rate_hz == 0) {
