@@ -13,8 +13,8 @@ import pytest
 from analysis import loaders
 from analysis.tests.fixtures import make_results_tree
 
-INTEL = "genuineintel-6-85-7-1p"
-AMD = "authenticamd-25-1-1-1p"
+INTEL = "intel-fam6-mod85-step7-1pkg"
+AMD = "amd-fam25-mod1-step1-1pkg"
 
 
 @pytest.fixture(scope="session")
