@@ -100,8 +100,9 @@ Status WordPatcher::start_patch(void* addr, std::span<const std::uint8_t> bytes,
 
   if (h->split == 0) {
     // Not straddling: [addr, addr+len) is in one line, so one in-line store replaces it
-    // atomically; a concurrent fetch sees the old or the new line (observed, not
-    // guaranteed by the SDM for plain unaligned stores on AMD; see x86.hpp).
+    // and a concurrent fetch sees the old or the new line. Documented for the default
+    // LOCK CMPXCHG (SDM Vol 3A 9.1.2.2); for InlineStore::plain only inside an aligned
+    // quadword on AMD (APM Vol 2 7.3.2) - the `aligned` sweep protocol measures the rest.
     const Status s = inline_store(store_, h->addr, bytes);
     h->phase = 3;
     h->stamp = x86::rdtsc();
