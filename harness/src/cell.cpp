@@ -63,10 +63,8 @@ Protocol parse_protocol(const std::string& name) {
 
 namespace {
 
-// Exposure below this fraction of toggles marks the cell low_exposure: fewer than half of
-// its toggles were followed by an execution of the site, so its zero-failure evidence is
-// weaker than its toggle count suggests (rates are per exposed toggle anyway).
-constexpr double kLowExposure = 0.5;
+// See cell.hpp: rates are per exposed toggle anyway; the flag says the evidence is thin.
+constexpr double kLowExposure = kLowExposureThreshold;
 // Auto dwell starts so that each executor could run the site about kDwellRuns times per
 // toggle (measured in a quiet warm-up, at least kMinDwellTicks), and at least
 // kSignalRounds int3 round trips long: an executor that hit the int3 or a fault spends

@@ -41,6 +41,11 @@ struct CellSpec {
   std::string phase = "grid";           // grid | search | confirm | control
 };
 
+// low_exposure is set when exposed_toggles < kLowExposureThreshold * toggles: fewer than
+// half of the toggles were followed by any execution of the site, so the cell's
+// zero-failure evidence is weaker than its toggle count suggests. (Addition.)
+inline constexpr double kLowExposureThreshold = 0.5;
+
 struct CellResult {
   CellSpec spec;
   std::string outcome = "ok";   // ok | crash | hang | error | blind

@@ -239,12 +239,19 @@ std::unique_ptr<StressSite> StressSite::create(unsigned straddle, unsigned line_
     return refuse(fmt::format("state A {} does not decode as a call to the stub", hex(m.a)));
   }
 
-  if (straddle > 0) {
+  // At S > 0 the hardware can tear at the line boundary; at S = 0 a store that is not
+  // single-copy atomic (the `aligned` protocol's plain unaligned store on AMD) could tear
+  // at an 8-byte boundary inside the site, which is again a split of 1..4 bytes. So the
+  // mixes are checked at every S, except for a caller-chosen B at S = 0 (bench times the
+  // canonical NOP there and never tears it).
+  if (straddle > 0 || state_b.empty()) {
     // Every split, not only this cell's: one table of mixes is proven for the site.
     for (unsigned s = 1; s <= 4; ++s) {
       std::string r = check_mixes(s, m.a, m.b, site, m.window_begin, m.window_end);
       if (!r.empty()) return refuse(r);
     }
+  }
+  if (straddle > 0) {
     // A and B must differ in both parts, else a tear at this S is invisible.
     const bool front_differs =
         std::memcmp(m.a.data(), m.b.data(), straddle) != 0;
