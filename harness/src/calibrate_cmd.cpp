@@ -83,7 +83,7 @@ std::string render_calibrate_json(const Summary& s, const CalibrateOutcome& out,
   if (!out.positive_control_failed && !out.controls.empty()) {
     notes.push_back("positive control (naive) never failed: exposure may be too low, or this hardware did not tear within the budget");
   }
-  if (!s.c2c_note.empty()) notes.push_back(s.c2c_note);
+  if (!s.c2c_note.empty()) notes.push_back("c2c_one_way_ticks: " + s.c2c_note);
   JsonObject o;
   o.num("schema_version", std::int64_t{1})
       .str("kind", "crossmod-calibrate")
@@ -177,7 +177,7 @@ void run_calibrate(const CalibrateArgs& a) {
   ctx.git_sha = git_sha();
   ctx.compiler = compiler_version();
   ctx.command = command_line();
-  ctx.machine_json = machine_context_fallback_json(topo);
+  ctx.machine_json = sweep_machine_json(topo);
   ctx.warnings = warnings;
   ResultsWriter writer(csv_path, resume_csv.has_value());
   write_file_atomic(json_path, ctx.render());
@@ -300,7 +300,7 @@ void run_calibrate(const CalibrateArgs& a) {
     in.notes.push_back("positive control (naive) never failed: exposure may be too low, or this hardware did not "
                        "tear within the budget; treat Tmax with caution");
   }
-  if (!sum.c2c_note.empty()) in.notes.push_back(sum.c2c_note);
+  if (!sum.c2c_note.empty()) in.notes.push_back("c2c_one_way_ticks: " + sum.c2c_note);
   write_file_atomic(tmax_path, render_tmax_toml(in, out.tmax, out.controls));
   write_file_atomic(calib_json, render_calibrate_json(sum, out, results_rel, tmax_path, ctx));
   fmt::print("\nwrote {}\n      {}\n      {}\n", tmax_path, csv_path, calib_json);

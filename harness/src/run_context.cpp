@@ -13,6 +13,7 @@
 #include "commands.hpp"
 #include "crossmod/machine.hpp"
 #include "results_io.hpp"
+#include "sysinfo.hpp"
 
 namespace crossmod::harness {
 
@@ -71,30 +72,14 @@ std::string microcode() {
   return "";
 }
 
-std::string machine_context_fallback_json(const Topology& topo) {
-  const CpuIdentity id = cpu_identity();
-  const TscInfo tsc = tsc_info();
-  const long line = ::sysconf(_SC_LEVEL1_DCACHE_LINESIZE);
-  JsonObject m;
-  m.str("slug", machine_slug())
-      .str("vendor", id.vendor)
-      .str("brand", id.brand)
-      .num("family", std::uint64_t{id.family})
-      .num("model", std::uint64_t{id.model})
-      .num("stepping", std::uint64_t{id.stepping})
-      .str("microcode", microcode())
-      .str("kernel", kernel_release())
-      .boolean("hypervisor", id.hypervisor)
-      .str("hypervisor_vendor", id.hypervisor_vendor)
-      .num("tsc_hz", tsc.hz)
-      .str("tsc_source", tsc.source)
-      .boolean("invariant_tsc", id.invariant_tsc)
-      .num("cache_line", static_cast<std::uint64_t>(line > 0 ? line : 64))
-      .num("packages", static_cast<std::int64_t>(topo.packages()))
-      .num("cores", static_cast<std::int64_t>(topo.cores()))
-      .num("pus", static_cast<std::uint64_t>(topo.pus().size()))
-      .str("topology", topo.summary());
-  return m.render();
+std::string sweep_machine_json(const Topology& topo) {
+  std::string m = machine_context_json(topo);
+  // The analysis keys machines by "slug" (as in configs/tmax); sysinfo calls it
+  // machine_slug. Add the short name in front unless sysinfo already has it.
+  if (m.size() > 1 && m.front() == '{' && m.find("\"slug\"") == std::string::npos) {
+    m = "{\"slug\": " + json_string(machine_slug()) + ", " + m.substr(1);
+  }
+  return m;
 }
 
 namespace {

@@ -16,10 +16,9 @@ std::string command_line();     // this process's argv joined with spaces (/proc
 std::string kernel_release();   // uname -r
 std::string microcode();        // /proc/cpuinfo "microcode", "" if absent
 
-// JSON object describing the machine: slug, vendor, brand, family, model, stepping,
-// microcode, kernel, hypervisor, tsc_hz, tsc_source, invariant_tsc, cache_line,
-// topology summary (and, when the sysinfo module provides it, its full report).
-std::string machine_context_fallback_json(const Topology& topo);
+// sysinfo's machine_context_json() (CPU, microcode, kernel, TSC, topology, c2c) with a
+// "slug" key added, as the sweep context embeds it under "machine".
+std::string sweep_machine_json(const Topology& topo);
 
 // Throws UsageError if `dir` cannot be created or written; creates nothing.
 void check_writable_dir(const std::string& dir, const char* what);

@@ -88,7 +88,7 @@ void run_sweep(const SweepArgs& a) {
   ctx.git_sha = git_sha();
   ctx.compiler = compiler_version();
   ctx.command = command_line();
-  ctx.machine_json = machine_context_fallback_json(topo);
+  ctx.machine_json = sweep_machine_json(topo);
   ctx.warnings = warnings;
   ctx.cells_planned = cells.size();
   ResultsWriter writer(csv_path, resume_csv.has_value());
