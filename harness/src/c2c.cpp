@@ -30,6 +30,10 @@ struct alignas(128) Flags {
 };
 
 constexpr std::uint64_t kTimeoutTicks = 3'000'000'000ull;  // ~1 s at 3 GHz
+// On a loaded machine every round trip can cost a scheduler slice; stop after this much
+// time with the samples taken so far (at least kMinSamples).
+constexpr std::uint64_t kBudgetTicks = 6'000'000'000ull;   // ~2 s
+constexpr std::size_t kMinSamples = 100;
 constexpr unsigned kWarmup = 1000;
 
 }  // namespace
@@ -68,7 +72,9 @@ C2cLatency measure_c2c(const Topology& topo, int pu_a, int pu_b, unsigned round_
     flags->ready.fetch_add(1);
     while (flags->ready.load() < 2) x86::pause();
     std::uint64_t v = 1;
+    const std::uint64_t start = x86::rdtsc();
     for (unsigned i = 0; i < kWarmup + round_trips && !timed_out; ++i, v += 2) {
+      if (samples.size() >= kMinSamples && x86::rdtsc() - start > kBudgetTicks) break;
       const std::uint64_t t0 = x86::rdtsc();
       line->seq.store(v, std::memory_order_release);
       while (line->seq.load(std::memory_order_acquire) != v + 1) {

@@ -23,7 +23,8 @@ struct C2cLatency {
 };
 
 // Ping-pongs a line between PU pu_a and PU pu_b `round_trips` times (each round trip =
-// two line transfers) and reports half the median round trip. Never throws: failures
+// two line transfers; fewer if ~2 s pass first, see round_trips in the result) and
+// reports half the median round trip. Never throws: failures
 // (same PU, bind failure, a partner thread that does not answer within ~1 s) are
 // reported through ok/error.
 C2cLatency measure_c2c(const Topology& topo, int pu_a, int pu_b, unsigned round_trips = 20000);
