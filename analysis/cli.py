@@ -25,6 +25,11 @@ class UsageError(Exception):
     pass
 
 
+PLOT_NAMES = ("failure_rate", *(f"heatmap_{p}" for p in loaders.PROTOCOLS), "controls",
+              "latency_hist", "latency_cdf", "throughput_rate", "throughput_executors", "invocation",
+              "tmax_overlay")
+
+
 @dataclass
 class FolderResult:
     folder: Path
@@ -32,6 +37,7 @@ class FolderResult:
     sweep: Optional[loaders.Sweep]
     tmax: Optional[loaders.TmaxConfig]
     summary: dict[str, Any] = field(default_factory=dict)
+    only: Optional[frozenset[str]] = None     # --only: the plots to draw (None: all)
 
 
 def _rel(path: Optional[Path], base: Path) -> Optional[str]:
@@ -82,6 +88,8 @@ def _protocol_summary(sweep: loaders.Sweep) -> dict[str, Any]:
 
 
 def _run(name: str, fn: Callable[[], list[Path]], result: FolderResult, out_dir: Path) -> None:
+    if result.only is not None and name not in result.only:
+        return
     try:
         written = fn()
     except plots.Skip as e:
@@ -91,7 +99,8 @@ def _run(name: str, fn: Callable[[], list[Path]], result: FolderResult, out_dir:
     result.summary["plots"] += [_rel(p, out_dir) for p in written]
 
 
-def process_folder(folder: Path, out_dir: Path, svg: bool, all_sweeps: bool) -> FolderResult:
+def process_folder(folder: Path, out_dir: Path, svg: bool, all_sweeps: bool,
+                   only: Optional[frozenset[str]] = None) -> FolderResult:
     if not folder.is_dir():
         raise UsageError(f"{folder}: not a directory")
     summary: dict[str, Any] = {"schema_version": 1, "kind": "crossmod-plots-summary",
@@ -148,7 +157,8 @@ def process_folder(folder: Path, out_dir: Path, svg: bool, all_sweeps: bool) -> 
     summary["machine"] = {"slug": slug, "brand": brand, "tsc_hz": tsc_hz}
     summary["inputs"].update(bench=_rel(bench_path, folder), latency=_rel(latency_path, folder),
                              calibrate=_rel(calibrate_path, folder), tmax_config=_rel(tmax_path, folder))
-    result = FolderResult(folder=folder, machine=machine, sweep=sweep, tmax=tmax, summary=summary)
+    result = FolderResult(folder=folder, machine=machine, sweep=sweep, tmax=tmax, summary=summary,
+                          only=only)
 
     # Sweep plots.
     if sweep is not None:
@@ -205,6 +215,9 @@ def process_folder(folder: Path, out_dir: Path, svg: bool, all_sweeps: bool) -> 
     }
     if calibrate is not None:
         summary["calibrate"] = calibrate
+    if only is not None:
+        summary["skipped"] = {k: v for k, v in summary["skipped"].items() if k in only}
+        summary["only"] = sorted(only)
     return result
 
 
@@ -240,6 +253,9 @@ def _text_summary(r: FolderResult, out_dir: Path) -> str:
         elif fs["above_tested_range"]:
             lines.append(f"  Tmax observed in this sweep: above the largest tested wait "
                          f"({fs['max_failing_ticks']} ticks still failed)")
+        elif fs["waits_tested"]:
+            lines.append("  Tmax observed in this sweep: none (no clean zero-failure evidence; "
+                         f"{sw['low_exposure_cells'] if sw else 0} cells of the sweep had low exposure)")
     if sw:
         for p, v in sw["per_protocol"].items():
             if v["failures"]:
@@ -262,11 +278,21 @@ def build_parser() -> argparse.ArgumentParser:
                    help="also write SVG next to each PNG (default on)")
     p.add_argument("--all-sweeps", action="store_true",
                    help="pool every sweep-*.csv of a folder instead of using the newest")
+    p.add_argument("--only", metavar="NAME[,NAME...]", default=None,
+                   help="draw only these plots: " + ", ".join(PLOT_NAMES))
     return p
 
 
 def main(argv: Optional[list[str]] = None) -> int:
     args = build_parser().parse_args(argv)
+    only = None
+    if args.only is not None:
+        only = frozenset(n.strip() for n in args.only.split(",") if n.strip())
+        unknown = sorted(only - set(PLOT_NAMES))
+        if unknown:
+            print(f"analysis: error: --only: unknown plot(s) {', '.join(unknown)} "
+                  f"(known: {', '.join(PLOT_NAMES)})", file=sys.stderr)
+            return 2
     try:
         results = []
         multi = len(args.folders) > 1
@@ -275,13 +301,13 @@ def main(argv: Optional[list[str]] = None) -> int:
                 out_dir = folder / "plots"
             else:
                 out_dir = args.out / folder.resolve().name if multi else args.out
-            r = process_folder(folder, out_dir, args.svg, args.all_sweeps)
+            r = process_folder(folder, out_dir, args.svg, args.all_sweeps, only)
             out_dir.mkdir(parents=True, exist_ok=True)
             summary_text = json.dumps(_json_safe(r.summary), indent=2, sort_keys=True, allow_nan=False)
             (out_dir / "summary.json").write_text(summary_text + "\n")
             print(_text_summary(r, out_dir))
             results.append(r)
-        if multi:
+        if multi and (only is None or "tmax_overlay" in only):
             overlay_dir = args.out if args.out is not None else args.folders[0] / "plots"
             try:
                 written = plots.tmax_overlay([(r.machine, r.sweep, r.tmax) for r in results

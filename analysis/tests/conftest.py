@@ -71,7 +71,7 @@ PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 def png_distinct_colours(path: Path) -> int:
     data = path.read_bytes()
     assert data[:8] == PNG_SIGNATURE, f"{path} is not a PNG"
-    pixels = matplotlib.image.imread(path)
+    pixels = matplotlib.image.imread(path)[::2, ::2]   # every 4th pixel is plenty
     rgb = (pixels[..., :3].reshape(-1, 3) * 255).astype(np.uint32)
     packed = (rgb[:, 0] << 16) | (rgb[:, 1] << 8) | rgb[:, 2]
     return len(np.unique(packed))

@@ -51,14 +51,14 @@ def test_overlay_two_folders_and_missing_inputs(tmp_path, capsys):
     # message and the exit code stays 0. --out collects everything in one place.
     a, b = _wordpatch_only(tmp_path, INTEL, 1), _wordpatch_only(tmp_path, AMD, 5)
     out = tmp_path / "out"
-    assert cli.main([str(a), str(b), "--out", str(out), "--no-svg"]) == 0
+    only = "failure_rate,controls,heatmap_naive,invocation,latency_hist,tmax_overlay"
+    assert cli.main([str(a), str(b), "--out", str(out), "--no-svg", "--only", only]) == 0
     assert_real_png(out / "tmax_overlay.png")
     for slug in (INTEL, AMD):
         assert_real_png(out / slug / "failure_rate.png")
-        assert_real_png(out / slug / "heatmap_wordpatch.png")
+        assert not (out / slug / "heatmap_wordpatch.png").exists()     # not in --only
         summary = json.loads((out / slug / "summary.json").read_text())
-        assert set(summary["skipped"]) == set(BENCH_PLOTS) | {
-            "controls", "heatmap_naive", "heatmap_callpatch", "heatmap_aligned", "heatmap_sync-core"}
+        assert set(summary["skipped"]) == {"controls", "heatmap_naive", "invocation", "latency_hist"}
         assert summary["tmax"]["config"] is None      # no configs/tmax beside these folders
         assert summary["tmax"]["from_sweep"]["observed_ticks"] is not None
     assert not list(out.glob("**/*.svg"))
@@ -79,8 +79,10 @@ def test_malformed_input_exit_2(intel_copy, capsys):
     assert sweep.name in err and "line 4, column wait_ticks" in err
 
 
-def test_missing_folder_and_empty_folder(tmp_path, capsys):
+def test_missing_folder_empty_folder_and_bad_only(tmp_path, capsys):
     assert cli.main([str(tmp_path / "nope")]) == 2
+    assert cli.main([str(tmp_path), "--only", "failure_rate,pie_chart"]) == 2
+    assert "unknown plot(s) pie_chart" in capsys.readouterr().err
     empty = tmp_path / "results" / "empty"
     empty.mkdir(parents=True)
     assert cli.main([str(empty)]) == 0
@@ -104,10 +106,10 @@ def test_newest_sweep_by_default_all_with_flag(tmp_path):
     old = folder / "sweep-20250101T000000Z.csv"
     write_csv(old, SWEEP_COLUMNS, make_sweep_rows(INTEL, 9)[:4])
     out = tmp_path / "out"
-    assert cli.main([str(folder), "--out", str(out), "--no-svg"]) == 0
+    assert cli.main([str(folder), "--out", str(out), "--no-svg", "--only", "controls"]) == 0
     newest_only = json.loads((out / "summary.json").read_text())
     assert newest_only["inputs"]["sweep"] == [f"sweep-{STAMP}.csv"]
-    assert cli.main([str(folder), "--out", str(out), "--no-svg", "--all-sweeps"]) == 0
+    assert cli.main([str(folder), "--out", str(out), "--no-svg", "--all-sweeps", "--only", "controls"]) == 0
     pooled = json.loads((out / "summary.json").read_text())
     assert pooled["inputs"]["sweep"] == [old.name, f"sweep-{STAMP}.csv"]
     assert pooled["sweep"]["cells"] == newest_only["sweep"]["cells"] + 4
