@@ -35,6 +35,7 @@ struct Options {
   bool smoke = false;       // reduced throughput rate list and window (CI smoke test)
   unsigned max_executors = 0;  // throughput executors 1..N; 0: PUs - 1, at least 1
   double throughput_window_s = 0;  // 0: 0.3 s (0.05 s with smoke)
+  bool list = false;        // print the benchmark names (after --filter) and run nothing
 };
 
 // Runs the suites; returns the process exit code (0 ok, 1 some benchmark failed with an

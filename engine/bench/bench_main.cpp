@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <map>
 #include <optional>
+#include <regex>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -112,6 +113,14 @@ class JsonReporter : public benchmark::JSONReporter {
     JSONReporter::ReportRuns(renamed(reports));
   }
 };
+
+// Google Benchmark matches --benchmark_filter against its internal names, which carry
+// "/iterations:1" and "/real_time"; a user's end anchor refers to crossmod's name.
+std::string gb_filter(const std::string& f) {
+  if (!f.empty() && f.back() == '$' && (f.size() < 2 || f[f.size() - 2] != '\\'))
+    return f.substr(0, f.size() - 1) + "(/iterations:1)?(/real_time)?$";
+  return f;
+}
 
 // ---- summary -------------------------------------------------------------------------
 
@@ -327,6 +336,21 @@ int run(const Options& opts) {
     fmt::print(stderr, "crossmod bench: warning: cannot pin the patcher to PU {}: {}\n",
                a1.patcher_pu, pin_err);
 
+  if (opts.list) {
+    register_latency_benchmarks();
+    register_invoke_benchmarks();
+    register_throughput_benchmarks();
+    std::regex re;
+    try {
+      re = std::regex(opts.filter.empty() ? "." : opts.filter);
+    } catch (const std::regex_error& ex) {
+      throw harness::UsageError(fmt::format("--filter '{}': {}", opts.filter, ex.what()));
+    }
+    for (const std::string& name : registered_names())
+      if (std::regex_search(name, re)) fmt::print("{}\n", name);
+    return 0;
+  }
+
   // ---- Output paths.
   const std::string slug = machine_slug();
   std::filesystem::path dir =
@@ -397,7 +421,7 @@ int run(const Options& opts) {
   // ---- Google Benchmark, driven through its own flags.
   std::vector<std::string> args = {"crossmod-bench", "--benchmark_out=" + json_path,
                                    "--benchmark_out_format=json"};
-  if (!opts.filter.empty()) args.push_back("--benchmark_filter=" + opts.filter);
+  if (!opts.filter.empty()) args.push_back("--benchmark_filter=" + gb_filter(opts.filter));
   if (opts.min_time_s > 0) args.push_back(fmt::format("--benchmark_min_time={}", opts.min_time_s));
   std::vector<char*> argv;
   for (auto& s : args) argv.push_back(s.data());

@@ -20,6 +20,11 @@
 
 namespace crossmod::bench {
 
+std::vector<std::string>& registered_names() {
+  static std::vector<std::string> names;
+  return names;
+}
+
 Env& env() {
   static Env e;
   return e;

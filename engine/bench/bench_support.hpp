@@ -162,4 +162,6 @@ namespace crossmod::bench {
 void register_latency_benchmarks();
 void register_invoke_benchmarks();
 void register_throughput_benchmarks();
+// Every name registered so far, in crossmod's scheme (for --list).
+std::vector<std::string>& registered_names();
 }  // namespace crossmod::bench

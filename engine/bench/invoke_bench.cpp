@@ -118,6 +118,7 @@ void bm_callpatch_off(benchmark::State& st, const std::string& name, unsigned st
 template <class Fn>
 void add(const std::string& variant, Fn fn) {
   std::string name = "invoke/" + variant;
+  registered_names().push_back(name);
   benchmark::RegisterBenchmark(name.c_str(), [name, fn](benchmark::State& st) { fn(st, name); })
       ->UseRealTime();
 }

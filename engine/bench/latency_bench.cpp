@@ -455,6 +455,7 @@ void bm_mprotect_callpatch(benchmark::State& st, const Spec& spec, bool raw) {
 template <class Fn>
 void add(const std::string& op, unsigned executors, unsigned straddle, Fn fn) {
   Spec spec{fmt::format("latency/{}/executors:{}", op, executors), op, executors, straddle};
+  registered_names().push_back(spec.name);
   benchmark::RegisterBenchmark(spec.name.c_str(),
                                [spec, fn](benchmark::State& st) { fn(st, spec); })
       ->UseRealTime();

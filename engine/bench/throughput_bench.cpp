@@ -180,6 +180,7 @@ void register_throughput_benchmarks() {
                    a.warning.empty() ? "more threads than PUs" : a.warning);
       for (std::uint64_t r : rates) {
         Spec spec{fmt::format("throughput/{}/rate:{}/executors:{}", name_of(p), r, n), p, r, n};
+        registered_names().push_back(spec.name);
         benchmark::RegisterBenchmark(spec.name.c_str(),
                                      [spec](benchmark::State& st) { bm_throughput(st, spec); })
             ->Unit(benchmark::kMillisecond)

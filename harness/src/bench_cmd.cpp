@@ -20,7 +20,7 @@ void register_bench(CLI::App& app) {
                   "Tmax config file (default: $CROSSMOD_TMAX_CONFIG, then "
                   "configs/tmax/<machine>.toml, else the built-in default, flagged)")
       ->check(CLI::ExistingFile);
-  cmd->add_option("--filter", opts->filter, "regex over benchmark names (Google Benchmark)");
+  cmd->add_option("--filter", opts->filter, "regex over benchmark names, e.g. 'latency/callpatch_s[0-4]/executors:1$'");
   cmd->add_option("--out", opts->out_dir, "output directory (default: results/<machine>/)");
   cmd->add_flag("--summary", opts->summary,
                 "print and store headline ratios (bench-<stamp>-summary.json)");
@@ -36,6 +36,7 @@ void register_bench(CLI::App& app) {
   cmd->add_option("--throughput-window", opts->throughput_window_s,
                   "seconds per throughput measurement window (default 0.3)")
       ->check(CLI::PositiveNumber);
+  cmd->add_flag("--list", opts->list, "print the benchmark names (after --filter), run nothing");
   cmd->callback([opts] { exit_code() = bench::run(*opts); });
 }
 
