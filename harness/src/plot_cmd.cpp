@@ -30,6 +30,7 @@ namespace fs = std::filesystem;
 struct PlotOptions {
   std::vector<std::string> dirs;
   std::string out;
+  std::string only;
   bool no_svg = false;
   bool all_sweeps = false;
 };
@@ -94,6 +95,10 @@ int run_plot(const PlotOptions& opt) {
     args.push_back("--out");
     args.push_back(opt.out);
   }
+  if (!opt.only.empty()) {
+    args.push_back("--only");
+    args.push_back(opt.only);
+  }
   if (opt.no_svg) args.push_back("--no-svg");
   if (opt.all_sweeps) args.push_back("--all-sweeps");
 
@@ -136,6 +141,9 @@ void register_plot(CLI::App& app) {
   cmd->add_option("--out", opt->out,
                   "output directory instead of <folder>/plots (several folders: OUT/<name>, "
                   "overlay in OUT)");
+  cmd->add_option("--only", opt->only,
+                  "comma list of plots to draw (e.g. failure_rate,controls; see python3 -m "
+                  "analysis --help)");
   cmd->add_flag("--no-svg", opt->no_svg, "write PNG only");
   cmd->add_flag("--all-sweeps", opt->all_sweeps,
                 "pool every sweep-*.csv of a folder instead of the newest");
