@@ -283,7 +283,7 @@ def heatmap(sweep: Sweep, machine: Machine, protocol: str, out_dir: Path, svg: b
     facet_h = 1.3 + 0.55 * len(ys)
     ncols = max(1, min(len(facets), int(15.0 // facet_w)))
     nrows = math.ceil(len(facets) / ncols)
-    fig_w, fig_h = max(9.0, ncols * facet_w + 2.2), nrows * facet_h + 1.7
+    fig_w, fig_h = max(9.0, ncols * facet_w + 2.2), nrows * facet_h + 1.95
     fig, axes = _figure(f"{protocol}: failure rate per exposed toggle, wait W × "
                         f"{'site offset' if ykey == 'site_offset' else 'straddle S'}",
                         machine.subtitle(sweep.path) + f"; {len(excluded)} blind/error cells excluded",
@@ -302,16 +302,17 @@ def heatmap(sweep: Sweep, machine: Machine, protocol: str, out_dir: Path, svg: b
                           origin="lower", interpolation="nearest")
         for g in sub:
             yi, xi = ys.index(g[ykey]), waits.index(g["wait_ticks"])
+            flags = ("*" if g["stopped_early"] else "") + ("°" if g["low_exposure"] else "")
             if g["zero"]:
                 ax.add_patch(Rectangle((xi - 0.5, yi - 0.5), 1, 1, facecolor="white",
                                        edgecolor="#9a9a9a", hatch="////", linewidth=0.0))
                 if annotate:
-                    ax.text(xi, yi, f"0/{g['exposed']}\n<{_fmt_p(g['upper_bound_one_sided'])}",
+                    ax.text(xi, yi, f"0/{g['exposed']}{flags}\n<{_fmt_p(g['upper_bound_one_sided'])}",
                             ha="center", va="center", fontsize=5.5, color="#222222",
                             bbox=dict(facecolor="white", edgecolor="none", pad=0.5, alpha=0.8))
             elif annotate:
                 light = norm(g["rate"]) < 0.6
-                ax.text(xi, yi, f"{_fmt_p(g['rate'])}\n{g['failures']}/{g['exposed']}",
+                ax.text(xi, yi, f"{_fmt_p(g['rate'])}\n{g['failures']}/{g['exposed']}{flags}",
                         ha="center", va="center", fontsize=5.5, color="white" if light else "black")
         ax.set_xticks(range(len(waits)))
         ax.set_xticklabels([str(w) for w in waits], rotation=60, fontsize=7)
@@ -329,7 +330,7 @@ def heatmap(sweep: Sweep, machine: Machine, protocol: str, out_dir: Path, svg: b
             ax.set_ylabel(ylabel)
     for j in range(len(facets), nrows * ncols):
         axes[j // ncols, j % ncols].set_visible(False)
-    top, bottom = 1.0 - 1.25 / fig_h, 0.95 / fig_h
+    top, bottom = 1.0 - 1.25 / fig_h, 1.2 / fig_h
     left, right = (1.5 if ykey == "site_offset" else 1.2) / fig_w, 1.0 - 1.0 / fig_w
     fig.subplots_adjust(top=top, bottom=bottom, left=left, right=right,
                         hspace=1.0 / facet_h * 1.6, wspace=0.12)
@@ -339,6 +340,11 @@ def heatmap(sweep: Sweep, machine: Machine, protocol: str, out_dir: Path, svg: b
     legend = [Patch(facecolor="white", edgecolor="#9a9a9a", hatch="////",
                     label="0 failures (text: 0/exposed toggles, one-sided 95% upper bound)"),
               Patch(facecolor="#e6e6e6", label="not tested")]
+    if annotate:
+        legend += [Patch(facecolor="none", edgecolor="none",
+                         label="*  a cell stopped early at its failure limit"),
+                   Patch(facecolor="none", edgecolor="none",
+                         label="°  a cell had low exposure (not Tmax evidence)")]
     fig.legend(handles=legend, loc="lower left", fontsize=7, ncol=2, frameon=False)
     out_dir.mkdir(parents=True, exist_ok=True)
     name = f"heatmap_{protocol}"

@@ -138,13 +138,16 @@ def aggregate(rows: list[dict], keys: tuple[str, ...]) -> list[dict]:
     for r in rows:
         k = tuple(r[key] for key in keys)
         g = groups.setdefault(k, {"failures": 0, "exposed": 0, "toggles": 0, "cells": 0,
-                                  "crash": 0, "hang": 0, "wait_ns_sum": 0.0})
+                                  "crash": 0, "hang": 0, "stopped_early": 0, "low_exposure": 0,
+                                  "wait_ns_sum": 0.0})
         g["failures"] += r["failures"]
         g["exposed"] += r["exposed_toggles"]
         g["toggles"] += r["toggles"]
         g["cells"] += 1
         g["crash"] += r["crash"]
         g["hang"] += r["hang"]
+        g["stopped_early"] += r.get("stopped_early", 0)
+        g["low_exposure"] += r.get("low_exposure", 0)
         g["wait_ns_sum"] += r.get("wait_ns", 0.0)
     out = []
     for k in sorted(groups):
