@@ -35,6 +35,16 @@
 //   first_fault_pc_offset fault pc - site address (signed); empty when no fault
 //   first_fault_bytes     quoted; site bytes at the first fault, hex
 //   note                  quoted; reason for crash/hang/error/blind, fault detail
+//
+// Context JSON (sweep-<stamp>.json beside the CSV, written before the first cell and
+// rewritten at the end): schema_version 1, kind "crossmod-sweep-context", run_kind
+// (sweep | calibrate), results (CSV file name), preset, config_key (what --resume
+// matches), git_sha, compiler, crossmod_version, command, started_utc, finished_utc (null
+// while running or when interrupted), last_resumed_utc, interrupted, cells_planned,
+// cells_run, cells_resumed, warnings, machine (sysinfo's context plus "slug"), config (the
+// resolved preset).
+// calibrate also writes calibrate-<stamp>.json (kind "crossmod-calibrate"): status (ok |
+// negative-control-failed | no-boundary), tmax, evidence, controls, notes.
 #pragma once
 #include <cstdint>
 #include <map>

@@ -221,6 +221,22 @@ def t_calibrate(out):
         check(summary["status"] != "ok", "status")
 
 
+def t_calibrate_resume(out):
+    tmax = os.path.join(out, "tmax.toml")
+    base = ["calibrate", "--preset", "smoke", "--budget", "6", "--out", out, "--tmax-out", tmax, "--quiet"]
+    p = run(base, timeout=240, expect=None)
+    check(p.returncode in (0, 1), f"calibrate exit {p.returncode}: {p.stderr}")
+    path, rows1, _ = read_sweep(out)
+    p = run(base + ["--resume"], timeout=240, expect=None)
+    check(p.returncode in (0, 1), f"calibrate --resume exit {p.returncode}: {p.stderr}")
+    check("nothing to resume" not in p.stderr, f"did not resume: {p.stderr!r}")
+    path2, rows2, ctx = read_sweep(out)
+    check(path2 == path, "resume wrote a new CSV")
+    check(len(rows2) >= len(rows1), "rows lost")
+    check(rows2[:len(rows1)] == rows1, "resumed rows changed")
+    check(ctx["cells_resumed"] >= 1, f"cells_resumed {ctx['cells_resumed']}")
+
+
 def t_stress_naive(out):
     run(["sweep", "--preset", "smoke", "--out", out, "--quiet", "--protocols", "naive", "--waits", "0",
          "--straddles", "1,2,3,4", "--toggles", "3000000", "--max-failures", "5", "--watchdog", "120"], timeout=900)
@@ -230,7 +246,7 @@ def t_stress_naive(out):
 
 
 TESTS = {"preset": t_preset, "hang": t_hang, "torn": t_torn, "crash": t_crash, "bad_input": t_bad_input,
-         "resume": t_resume, "sigint": t_sigint, "calibrate": t_calibrate, "stress_naive": t_stress_naive}
+         "resume": t_resume, "sigint": t_sigint, "calibrate": t_calibrate, "calibrate_resume": t_calibrate_resume, "stress_naive": t_stress_naive}
 
 
 def main():
