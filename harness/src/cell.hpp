@@ -20,8 +20,10 @@ enum class Protocol {
   // Test-only, hidden from --help: exercise the watchdog and crash classification.
   selftest_hang,    // the child never finishes: must be recorded as `hang`
   selftest_crash,   // the child aborts: must be recorded as `crash`
-  selftest_torn,    // the patcher deliberately writes a torn mix (A front + B back) and
-                    // restores it every toggle: faults are certain and must be counted
+  selftest_torn,    // the patcher deliberately writes a torn mix and restores it every
+                    // toggle (even toggles A front + B back -> SIGSEGV in the PROT_NONE
+                    // window, odd toggles B front + A back -> SIGILL): faults are certain
+                    // and must be counted
 };
 const char* to_string(Protocol p);
 Protocol parse_protocol(const std::string& name);  // throws std::invalid_argument

@@ -15,7 +15,14 @@
 // of the tears at S = 3, 4 would be invisible. With 66 66 66 66 90 and every rel32 byte
 // chosen from x86::kInvalidIn64, every "NOP front" mix is #UD at its first byte, and every
 // "call front" mix is a call whose target lies in a reserved PROT_NONE window. create()
-// proves this for each S with Zydis and refuses (returns nullptr + reason) otherwise.
+// proves this with Zydis for every split 1..4 (at S = 0 too, since a non-atomic store can
+// tear inside a line; skipped only for a caller-chosen state_b at S = 0, as bench uses)
+// and refuses (returns nullptr + reason) otherwise.
+// Layout in memory: one PROT_NONE reservation of ~1.86 GiB, [site - 1.75 GiB, site +
+// ~101 MiB + 2 pages]: the torn-call window (16 MiB at site + 5 + sext(B[4] << 24)), the
+// RWX site page (registered with the engine through WritableRange) and the R-X stub
+// page(s) at site + 5 + rel32. Outside it, +-2 GiB of the site stays free for the
+// engine's split-1 ret trampoline.
 // Thread safety: create/destroy from one thread; entry() may run on any thread.
 #pragma once
 #include <array>
