@@ -156,6 +156,35 @@ TEST(Trap, ExecutorAtLockedSiteWaitsAndContinues) {
   }
 }
 
+// A patcher that re-locks a site right after unlocking it must still release the executor
+// parked on the first lock (it re-executes, and may park again on the second): waiting
+// for "unlocked" instead of for the release of the lock it trapped on could miss the
+// ~100 ns unlocked window forever.
+TEST(Trap, WaiterIsReleasedEvenIfTheSiteIsRelockedAtOnce) {
+  test::TestSite ts(3, x86::kNop5Prefixed, /*start_with_b=*/true);
+  WordPatcher wp(WaitPolicy::Ticks(1000));
+  PatchHandle h1, h2;
+  ASSERT_EQ(wp.start_patch(ts.site(), ts.state_a(), &h1), Status::ok);
+  const std::uint64_t waiters_before = detail::trap_waiters();
+  std::atomic<int> result{-1};
+  std::thread exec([&] { result.store(ts.entry()()); });
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (detail::trap_waiters() == waiters_before && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::yield();
+  ASSERT_GT(detail::trap_waiters(), waiters_before);
+  const std::uint64_t hits_before = trap::stats().locked_hits;
+
+  ASSERT_EQ(wp.finish_patch(&h1), Status::ok);
+  ASSERT_EQ(wp.start_patch(ts.site(), ts.state_b(), &h2), Status::ok);  // back to back
+  while (trap::stats().locked_hits == hits_before && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::yield();
+  EXPECT_GT(trap::stats().locked_hits, hits_before) << "executor still parked on the first lock";
+
+  ASSERT_EQ(wp.finish_patch(&h2), Status::ok);
+  exec.join();
+  EXPECT_TRUE(result.load() == 0 || result.load() == 1) << result.load();
+}
+
 TEST(Trap, StatusNamesAreDistinct) {
   EXPECT_STREQ(to_string(Status::ok), "ok");
   EXPECT_STREQ(to_string(Status::busy), "busy");
