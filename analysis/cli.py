@@ -4,6 +4,7 @@
 
 Exit codes: 0 done (plots whose inputs are missing are skipped, with the reason on
 stderr), 2 bad usage or a malformed input file (the message names the file and problem).
+Single-threaded; writes only into the plot directories.
 """
 from __future__ import annotations
 

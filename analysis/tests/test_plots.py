@@ -59,3 +59,11 @@ def test_throughput_without_baseline_skips(intel_data, tmp_path):
                             entries=[e for e in bench.entries if e.params.get("rate") != 0])
     with pytest.raises(plots.Skip, match="rate:0 baseline"):
         plots.throughput_rate(no_zero, MACHINE, tmp_path)
+
+
+def test_output_is_byte_identical_across_runs(intel_data, tmp_path):
+    # Committed reference plots should only change when the data does.
+    a = plots.controls(intel_data["sweep"], MACHINE, tmp_path / "a", svg=True)
+    b = plots.controls(intel_data["sweep"], MACHINE, tmp_path / "b", svg=True)
+    for x, y in zip(a, b):
+        assert x.read_bytes() == y.read_bytes(), x.name
