@@ -425,6 +425,12 @@ CalibrateOutcome run_calibration(const SweepConfig& cfg, CalibrateEnv& env) {
       for (unsigned s : straddles) {
         for (unsigned n : cfg.executors) {
           for (Placement pl : cfg.placements) {
+            // Rounds are sized to fit; this only catches overruns (a hang's watchdog).
+            if (env.elapsed_s() > confirm_end + 0.02 * k.budget_s) {
+              out.notes.push_back("confirmation stopped at the end of the budget, mid-round");
+              stop_confirm = replanned = true;
+              break;
+            }
             auto row = run_one(make(Protocol::wordpatch, out.confirm_waits[wi], s, 0, n, pl, "confirm"), cell_s,
                                cfg.max_failures);
             if (!row) return out;
