@@ -8,6 +8,8 @@
 #include <stdexcept>
 #include <thread>
 
+#include "c2c.hpp"
+#include "sysinfo.hpp"
 #include "topology.hpp"
 
 namespace crossmod::harness {
@@ -121,6 +123,34 @@ TEST(Topology, PlacementNamesRoundTrip) {
   for (Placement p : {Placement::spread, Placement::smt, Placement::cross_package})
     EXPECT_EQ(parse_placement(to_string(p)), p);
   EXPECT_THROW(parse_placement("everywhere"), std::invalid_argument);
+}
+
+TEST(C2c, MeasuresBetweenTwoPusAndRefusesOne) {
+  const C2cLatency same = measure_c2c(topo(), topo().pus()[0].os_index, topo().pus()[0].os_index);
+  EXPECT_FALSE(same.ok);
+  EXPECT_FALSE(same.error.empty());
+  if (topo().pus().size() < 2) GTEST_SKIP() << "one PU";
+  const C2cLatency r = measure_c2c(topo(), topo().pus()[0].os_index, topo().pus()[1].os_index, 2000);
+  ASSERT_TRUE(r.ok) << r.error;
+  EXPECT_GT(r.round_trips, 0u);
+  EXPECT_GT(r.one_way_ticks, 0);
+  EXPECT_LE(r.one_way_ticks_p10, r.one_way_ticks);
+  EXPECT_LE(r.one_way_ticks, r.one_way_ticks_p90);
+}
+
+TEST(Sysinfo, ContextJsonHasTheFieldsTheSweepEmbeds) {
+  const MachineContext m = collect_machine_context(topo(), false);
+  EXPECT_FALSE(m.vendor.empty());
+  EXPECT_GT(m.cache_line, 0u);
+  EXPECT_EQ(m.pus, static_cast<int>(topo().pus().size()));
+  const std::string j = to_json(m);
+  for (const char* key : {"\"vendor\"", "\"microcode\"", "\"kernel\"", "\"tsc_hz\"",
+                          "\"invariant_tsc\"", "\"cache_line\"", "\"topology\"",
+                          "\"machine_slug\"", "\"c2c\": null"}) {
+    EXPECT_NE(j.find(key), std::string::npos) << key << " in " << j;
+  }
+  EXPECT_EQ(j.front(), '{');
+  EXPECT_EQ(j.back(), '}');
 }
 
 }  // namespace
