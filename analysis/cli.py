@@ -135,9 +135,12 @@ def process_folder(folder: Path, out_dir: Path, svg: bool, all_sweeps: bool,
     slug = str(ctx_machine.get("slug") or (bench.context.get("machine_slug") if bench else "") or folder.resolve().name)
     tmax_path = find_tmax_config(folder, list(dict.fromkeys([slug, folder.resolve().name])))
     tmax = loaders.load_tmax(tmax_path) if tmax_path else None
+    if tmax is None and calibrate is not None and calibrate_path is not None:
+        tmax = loaders.tmax_from_calibrate(calibrate_path, calibrate)
+        tmax_path = calibrate_path if tmax is not None else None
     if tmax is None:
-        print(f"analysis: note: no configs/tmax/{slug}.toml beside {folder}; Tmax lines come "
-              "from the sweep alone", file=sys.stderr)
+        print(f"analysis: note: no configs/tmax/{slug}.toml beside {folder} (nor a Tmax in a "
+              "calibrate-*.json); Tmax lines come from the sweep alone", file=sys.stderr)
 
     def number(v):
         # Google Benchmark custom context values are strings ("2500000000").

@@ -55,22 +55,30 @@ class InputError(Exception):
 
 # ---------------------------------------------------------------------------- discovery
 
-# Stamps are UTC "%Y%m%dT%H%M%SZ" (harness utc_stamp) and never contain '-', which keeps
-# bench-<stamp>.json apart from bench-<stamp>-summary.json and bench-<stamp>-latency.csv.
+# Stamps are UTC "%Y%m%dT%H%M%SZ" (harness utc_stamp), with "-<n>" appended when two runs
+# start in the same second. They contain no other '-', which keeps bench-<stamp>.json apart
+# from bench-<stamp>-summary.json and bench-<stamp>-latency.csv.
+_STAMP = r"(?P<stamp>[^-]+(?:-\d+)?)"
 _STAMPED = {
-    "sweep": re.compile(r"^sweep-(?P<stamp>[^-]+)\.csv$"),
-    "calibrate": re.compile(r"^calibrate-(?P<stamp>[^-]+)\.json$"),
-    "bench": re.compile(r"^bench-(?P<stamp>[^-]+)\.json$"),
-    "bench_summary": re.compile(r"^bench-(?P<stamp>[^-]+)-summary\.json$"),
-    "latency": re.compile(r"^bench-(?P<stamp>[^-]+)-latency\.csv$"),
+    "sweep": re.compile(rf"^sweep-{_STAMP}\.csv$"),
+    "calibrate": re.compile(rf"^calibrate-{_STAMP}\.json$"),
+    "bench": re.compile(rf"^bench-{_STAMP}\.json$"),
+    "bench_summary": re.compile(rf"^bench-{_STAMP}-summary\.json$"),
+    "latency": re.compile(rf"^bench-{_STAMP}-latency\.csv$"),
 }
+
+
+def _stamp_key(stamp: str) -> tuple[str, int]:
+    base, _, n = stamp.partition("-")
+    return (base, int(n) if n.isdigit() else 1)
 
 
 def stamped_files(folder: Path, kind: str) -> list[Path]:
     """Files of one kind in a results folder, oldest first (by stamp, then mtime)."""
     pattern = _STAMPED[kind]
     found = [p for p in folder.iterdir() if p.is_file() and pattern.match(p.name)]
-    return sorted(found, key=lambda p: (pattern.match(p.name).group("stamp"), p.stat().st_mtime))
+    return sorted(found, key=lambda p: (_stamp_key(pattern.match(p.name).group("stamp")),
+                                        p.stat().st_mtime))
 
 
 def newest(folder: Path, kind: str) -> Optional[Path]:
@@ -306,6 +314,31 @@ def load_tmax(path: Path) -> TmaxConfig:
         observed_ns=_opt_number(path, tmax, "tmax", "observed_ns"),
         recommended_ns=_opt_number(path, tmax, "tmax", "recommended_ns"),
         tsc_hz=_opt_number(path, tmax, "tmax", "tsc_hz"),
+        margin_rule=str(tmax.get("margin_rule", "")),
+        evidence=evidence,
+        machine=machine,
+    )
+
+
+def tmax_from_calibrate(path: Path, data: dict[str, Any]) -> Optional[TmaxConfig]:
+    """The Tmax block of a calibrate-<stamp>.json summary, for folders whose configs/tmax
+    file is not beside them. None when calibration found no boundary (nulls)."""
+    tmax = data.get("tmax")
+    if not isinstance(tmax, dict):
+        return None
+    if tmax.get("observed_ticks") is None and tmax.get("recommended_ticks") is None:
+        return None
+    evidence = data.get("evidence") if isinstance(data.get("evidence"), dict) else {}
+    machine = data.get("machine") if isinstance(data.get("machine"), dict) else {}
+    return TmaxConfig(
+        path=path,
+        observed_ticks=_opt_number(path, tmax, "tmax", "observed_ticks") if tmax.get("observed_ticks") is not None else None,
+        recommended_ticks=(_opt_number(path, tmax, "tmax", "recommended_ticks")
+                           if tmax.get("recommended_ticks") is not None else None),
+        observed_ns=_opt_number(path, tmax, "tmax", "observed_ns") if tmax.get("observed_ns") is not None else None,
+        recommended_ns=(_opt_number(path, tmax, "tmax", "recommended_ns")
+                        if tmax.get("recommended_ns") is not None else None),
+        tsc_hz=_opt_number(path, tmax, "tmax", "tsc_hz") if tmax.get("tsc_hz") is not None else None,
         margin_rule=str(tmax.get("margin_rule", "")),
         evidence=evidence,
         machine=machine,

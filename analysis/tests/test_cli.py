@@ -130,3 +130,15 @@ def test_bench_only_folder_uses_bench_context(tree, tmp_path):
     assert set(summary["skipped"]) == set(SWEEP_PLOTS) | {"latency_hist", "latency_cdf"}
     for name in ("throughput_rate", "throughput_executors", "invocation"):
         assert_real_png(folder / "plots" / f"{name}.png")
+
+
+def test_tmax_from_calibrate_when_config_is_absent(tree, tmp_path):
+    # A results folder copied without configs/: the calibrate summary supplies Tmax.
+    folder = tmp_path / "elsewhere" / INTEL
+    folder.mkdir(parents=True)
+    for f in (tree / "results" / INTEL).glob("[sc]*-*.*"):      # sweep-* and calibrate-*
+        (folder / f.name).write_bytes(f.read_bytes())
+    assert cli.main([str(folder), "--no-svg", "--only", "failure_rate"]) == 0
+    summary = json.loads((folder / "plots" / "summary.json").read_text())
+    assert summary["inputs"]["tmax_config"].startswith("calibrate-")
+    assert summary["tmax"]["config"]["recommended_ticks"] == 3200

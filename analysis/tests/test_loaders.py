@@ -183,3 +183,25 @@ def test_newest_file_by_stamp(tmp_path):
     (tmp_path / "bench-20261121T045700Z-summary.json").write_text("{}")
     assert loaders.newest(tmp_path, "bench").name == "bench-20261121T045700Z.json"
     assert loaders.newest(tmp_path, "bench_summary").name == "bench-20261121T045700Z-summary.json"
+    # Two runs in one second: the harness appends -2, -3, ...; -10 is newer than -9.
+    for name in ("sweep-20261121T045700Z.csv", "sweep-20261121T045700Z-2.csv",
+                 "sweep-20261121T045700Z-10.csv", "sweep-20261121T045700Z-9.csv"):
+        (tmp_path / name).write_text("")
+    assert [p.name for p in loaders.stamped_files(tmp_path, "sweep")] == [
+        "sweep-20261121T045700Z.csv", "sweep-20261121T045700Z-2.csv",
+        "sweep-20261121T045700Z-9.csv", "sweep-20261121T045700Z-10.csv"]
+
+
+def test_tmax_from_calibrate_summary(tmp_path):
+    path = tmp_path / "calibrate-1.json"
+    data = {"kind": "crossmod-calibrate", "status": "ok",
+            "tmax": {"observed_ticks": 1600, "observed_ns": 640.0, "recommended_ticks": 3200,
+                     "recommended_ns": 1280.0, "tsc_hz": 2.5e9, "margin_rule": "2x"},
+            "evidence": {"exposed_toggles_at_or_above": 120000}}
+    cfg = loaders.tmax_from_calibrate(path, data)
+    assert cfg.observed_ticks == 1600 and cfg.recommended_ticks == 3200 and cfg.path == path
+    data["tmax"].update(observed_ticks=None, recommended_ticks=None)
+    assert loaders.tmax_from_calibrate(path, data) is None
+    data["tmax"]["observed_ticks"] = "soon"
+    with pytest.raises(InputError, match="observed_ticks"):
+        loaders.tmax_from_calibrate(path, data)
