@@ -27,7 +27,6 @@ TEST(Cell, SelftestHangIsRecordedAsHang) {
   s.watchdog_s = 1;
   const CellResult r = run(s);
   EXPECT_EQ(r.outcome, "hang") << r.note;
-  EXPECT_GE(r.duration_s, 1.0);
   EXPECT_NE(r.note.find("watchdog"), std::string::npos) << r.note;
 }
 
