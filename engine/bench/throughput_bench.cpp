@@ -14,6 +14,10 @@
 // rate 0 so every run has the same number of busy threads.
 // S = 2 straddles the line, so wordpatch pays its full int3 + 2 waits protocol and
 // callpatch uses its short-jump form; both toggle the same kind of site.
+// calls_per_s mixes the costs of the two states: a deactivated site (short jump) is
+// cheaper than the active call, so calls_per_s_rel above 1 under toggling is expected
+// (observed here); state_a_fraction gives the mix, executor_cpu_share says whether the
+// executors had their PUs at all (on a shared VM they often did not).
 #include <fmt/core.h>
 
 #include <algorithm>
