@@ -364,17 +364,22 @@ class Child {
       sh_->toggles.store(toggles, std::memory_order_relaxed);
       sh_->exposed.store(exposed, std::memory_order_relaxed);
       sh_->failures.store(failures, std::memory_order_relaxed);
+      // Per toggle, so a child killed by the watchdog still reports its traps.
+      const trap::Stats tn = trap::stats();
+      sh_->traps.store(tn.locked_hits - trap0.locked_hits, std::memory_order_relaxed);
+      sh_->late_traps.store(tn.late_hits - trap0.late_hits, std::memory_order_relaxed);
       if (last != Status::ok) break;
       if (spec_.max_failures != 0 && failures >= spec_.max_failures) {
         sh_->stopped_early.store(1);
         break;
       }
     }
+    phase("stopping executors");
+    stop_executors();
+    // Executors that were inside the trap handler at the last toggle finish there first.
     const trap::Stats trap1 = trap::stats();
     sh_->traps.store(trap1.locked_hits - trap0.locked_hits);
     sh_->late_traps.store(trap1.late_hits - trap0.late_hits);
-    phase("stopping executors");
-    stop_executors();
     if (last != Status::ok) {
       finish(kError, note_ + fmt::format("{} returned {} at toggle {}", to_string(spec_.protocol),
                                          to_string(last), toggles));
