@@ -273,6 +273,7 @@ class TmaxConfig:
     recommended_ns: Optional[float] = None
     tsc_hz: Optional[float] = None
     margin_rule: str = ""
+    c2c_one_way_ticks: Optional[float] = None   # the floor the margin rule used
     evidence: dict[str, Any] = field(default_factory=dict)
     machine: dict[str, Any] = field(default_factory=dict)
 
@@ -315,6 +316,7 @@ def load_tmax(path: Path) -> TmaxConfig:
         recommended_ns=_opt_number(path, tmax, "tmax", "recommended_ns"),
         tsc_hz=_opt_number(path, tmax, "tmax", "tsc_hz"),
         margin_rule=str(tmax.get("margin_rule", "")),
+        c2c_one_way_ticks=_opt_number(path, tmax, "tmax", "c2c_one_way_ticks"),
         evidence=evidence,
         machine=machine,
     )
@@ -340,6 +342,8 @@ def tmax_from_calibrate(path: Path, data: dict[str, Any]) -> Optional[TmaxConfig
                         if tmax.get("recommended_ns") is not None else None),
         tsc_hz=_opt_number(path, tmax, "tmax", "tsc_hz") if tmax.get("tsc_hz") is not None else None,
         margin_rule=str(tmax.get("margin_rule", "")),
+        c2c_one_way_ticks=(_opt_number(path, tmax, "tmax", "c2c_one_way_ticks")
+                           if tmax.get("c2c_one_way_ticks") is not None else None),
         evidence=evidence,
         machine=machine,
     )

@@ -187,7 +187,7 @@ def failure_rate(sweep: Sweep, machine: Machine, tmax: Optional[TmaxConfig], out
     fig, axes = _figure("wordpatch: failure probability per exposed toggle vs wait W",
                         machine.subtitle(sweep.path) + f"; cells of equal (W, S) pooled over executors, "
                         f"placements, reps and phases; {len(sweep.excluded)} blind/error cells excluded",
-                        figsize=(10.0, 6.4))
+                        figsize=(10.0, 7.6))
     ax = axes[0, 0]
     straddles = sorted({g["straddle"] for g in groups})
     waits = [g["wait_ticks"] for g in groups]
@@ -204,7 +204,7 @@ def failure_rate(sweep: Sweep, machine: Machine, tmax: Optional[TmaxConfig], out
                      bound_offset=(k - (len(straddles) - 1) / 2) * nudge,
                      bound_factor=1.0 + (0.03 * (k - (len(straddles) - 1) / 2) if symlog else 0.0))
     handles = _tmax_lines(ax, tmax, sweep_tmax)
-    c2c = _c2c_ticks(sweep.context)
+    c2c = (tmax.c2c_one_way_ticks if tmax and tmax.c2c_one_way_ticks else None) or _c2c_ticks(sweep.context)
     if c2c:
         ax.axvline(c2c, color="#7f7f7f", linestyle=(0, (1, 3)), linewidth=1.2)
         handles.append(Line2D([], [], color="#7f7f7f", linestyle=(0, (1, 3)),
@@ -233,8 +233,9 @@ def failure_rate(sweep: Sweep, machine: Machine, tmax: Optional[TmaxConfig], out
     ax.grid(True, which="major", alpha=0.3)
     _ns_axis(ax, machine)
     line_handles, _ = ax.get_legend_handles_labels()
-    ax.legend(handles=line_handles + _legend_kinds() + handles, fontsize=7.5, loc="lower left",
-              framealpha=0.9)
+    # Below the axes: low failure rates put data in every corner of the plot.
+    ax.legend(handles=line_handles + _legend_kinds() + handles, fontsize=7.5, loc="upper center",
+              bbox_to_anchor=(0.5, -0.1), ncol=2, frameon=False)
     return _save(fig, out_dir, "failure_rate", svg, top=0.90)
 
 

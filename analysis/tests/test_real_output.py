@@ -4,7 +4,9 @@ import json
 import shutil
 from pathlib import Path
 
-from analysis import cli, loaders
+import pytest
+
+from analysis import cli, loaders, stats
 from analysis.tests.conftest import assert_real_png
 
 DATA = Path(__file__).parent / "data" / "amd-fam26-mod2-step1-1pkg"
@@ -36,3 +38,31 @@ def test_real_folder_end_to_end(tmp_path, capsys):
     # Every wordpatch cell of this smoke run had low exposure: no Tmax claimed.
     assert summary["tmax"]["from_sweep"]["observed_ticks"] is None
     assert "none (no clean zero-failure evidence" in capsys.readouterr().out
+
+
+CALIBRATED = Path(__file__).parent / "data" / "calibrate-smoke"
+SLUG = "amd-fam26-mod2-step1-1pkg"
+
+
+def test_tmax_recomputed_from_csv_matches_the_harness():
+    # The Python rule and the C++ derive_tmax must agree on the same rows.
+    folder = CALIBRATED / "results" / SLUG
+    sweep = loaders.load_sweep(loaders.newest(folder, "sweep"))
+    cfg = loaders.load_tmax(CALIBRATED / "configs" / "tmax" / f"{SLUG}.toml")
+    t = stats.tmax_from_cells(sweep.rows)
+    assert t["observed_ticks"] == cfg.observed_ticks == 1200
+    assert t["max_failing_ticks"] == cfg.evidence["largest_failing_ticks"] == 800
+    assert t["exposed_at_or_above"] == cfg.evidence["exposed_toggles_at_or_above"]
+    assert t["toggles_at_or_above"] == cfg.evidence["toggles_at_or_above"]
+    assert t["cells_at_or_above"] == cfg.evidence["cells_at_or_above"]
+    assert t["failure_bound_95"] == pytest.approx(cfg.evidence["failure_bound_95"], rel=1e-9)
+
+
+def test_calibrated_folder_plots(tmp_path):
+    shutil.copytree(CALIBRATED, tmp_path / "checkout")
+    folder = tmp_path / "checkout" / "results" / SLUG
+    assert cli.main([str(folder), "--no-svg", "--only", "failure_rate,heatmap_wordpatch"]) == 0
+    summary = json.loads((folder / "plots" / "summary.json").read_text())
+    assert summary["tmax"]["config"]["recommended_ticks"] == 2400
+    assert summary["tmax"]["from_sweep"]["observed_ticks"] == 1200
+    assert_real_png(folder / "plots" / "failure_rate.png")
