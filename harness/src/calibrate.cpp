@@ -408,6 +408,10 @@ CalibrateOutcome run_calibration(const SweepConfig& cfg, CalibrateEnv& env) {
   std::uint64_t base = *hi;
   out.confirm_waits = plan_confirm_waits(base, k);
   bool stop_confirm = false;
+  // After max_replans moves the boundary is frozen: failures are still recorded (Tmax is
+  // derived from every row at the end) but the rest of the budget keeps confirming the
+  // frozen waits instead of being left unspent, so the final Tmax has evidence.
+  bool frozen = false;
   while (!stop_confirm) {
     const double left = confirm_end - env.elapsed_s();
     // A round must afford at least a minimal cell per cell slot; otherwise we are done.
@@ -434,7 +438,7 @@ CalibrateOutcome run_calibration(const SweepConfig& cfg, CalibrateEnv& env) {
             auto row = run_one(make(Protocol::wordpatch, out.confirm_waits[wi], s, 0, n, pl, "confirm"), cell_s,
                                cfg.max_failures);
             if (!row) return out;
-            if (!row->failed()) continue;
+            if (!row->failed() || frozen) continue;
             d = derive_tmax(out.rows);
             // The next planned wait above the failure is confirmed from scratch; with
             // none left, the smallest clean wait above it, or twice the failing wait.
@@ -451,9 +455,11 @@ CalibrateOutcome run_calibration(const SweepConfig& cfg, CalibrateEnv& env) {
                             new_base));
             out.notes.push_back(fmt::format("confirmation found a failure at W={} ticks; boundary moved to {}",
                                             row->wait_ticks, new_base));
-            if (out.replans > k.max_replans) {
-              out.notes.push_back("the boundary kept moving; confirmation stopped");
-              stop_confirm = true;
+            if (out.replans >= k.max_replans) {
+              out.notes.push_back(fmt::format(
+                  "the boundary moved {} times (max_replans); the rest of the budget confirms W={} and above",
+                  out.replans, new_base));
+              frozen = true;
             }
             base = new_base;
             out.confirm_waits = plan_confirm_waits(base, k);

@@ -213,6 +213,30 @@ TEST(Calibrate, ConfirmationFailureMovesTheBoundaryUp) {
   EXPECT_EQ(out.confirm_waits.front(), 600u);
 }
 
+// Rare failures that keep moving the boundary (seen on the KVM reference machine) must
+// not leave the budget unspent: after max_replans moves the waits freeze and the rest of
+// the budget confirms them; a failure there still counts in the derived Tmax.
+TEST(Calibrate, BoundaryFrozenAfterMaxReplansStillSpendsTheBudget) {
+  FakeMachine m;
+  // Confirmation starts at {300, 450, 600}: 450 moves it to {600, 900, 1200}, 900 to
+  // {1200, 1800, 2400}, which is then frozen; 1800 fails inside the frozen waits.
+  m.one_off_failures[450] = 1;
+  m.one_off_failures[900] = 1;
+  m.one_off_failures[1800] = 1;
+  auto cfg = calib_config();
+  cfg.calibrate.max_replans = 2;
+  const auto out = calibrate_against(m, cfg);
+  EXPECT_EQ(out.replans, 2u);
+  EXPECT_EQ(out.confirm_waits, (std::vector<std::uint64_t>{1200, 1800, 2400}));
+  EXPECT_GT(m.clock, 0.9 * cfg.calibrate.budget_s);
+  std::uint64_t frozen_confirm_cells = 0;
+  for (const auto& r : out.rows)
+    if (r.phase == "confirm" && r.wait_ticks >= 1200) ++frozen_confirm_cells;
+  EXPECT_GT(frozen_confirm_cells, 12u);  // more than one round of 3 waits x 4 straddles
+  ASSERT_TRUE(out.tmax.observed_ticks);
+  EXPECT_EQ(*out.tmax.observed_ticks, 2400u);  // the failure at 1800 was not ignored
+}
+
 TEST(Calibrate, LowExposureCleanCellsGuideTheSearchButAreNotEvidence) {
   FakeMachine m;
   m.low_exposure_below = 400;  // 300..399 clean but low exposure
