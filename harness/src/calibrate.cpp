@@ -5,6 +5,9 @@
 #include "calibrate.hpp"
 
 #include <algorithm>
+#include <filesystem>
+
+#include <algorithm>
 #include <cmath>
 #include <set>
 
@@ -478,6 +481,42 @@ CalibrateOutcome run_calibration(const SweepConfig& cfg, CalibrateEnv& env) {
     out.notes.push_back(fmt::format("{} wordpatch cells had low exposure and are not evidence", out.tmax.low_exposure_cells));
   }
   return out;
+}
+
+std::vector<ResultRow> read_prior_rows(const std::string& dir, const std::string& exclude_csv,
+                                       const std::string& slug, std::vector<std::string>* used,
+                                       std::vector<std::string>* skipped) {
+  namespace fs = std::filesystem;
+  std::vector<ResultRow> rows;
+  std::error_code ec;
+  std::vector<fs::path> csvs;
+  for (const auto& e : fs::directory_iterator(dir, ec)) {
+    const std::string name = e.path().filename().string();
+    if (name.rfind("sweep-", 0) == 0 && e.path().extension() == ".csv") csvs.push_back(e.path());
+  }
+  std::sort(csvs.begin(), csvs.end());
+  for (const auto& csv : csvs) {
+    if (!exclude_csv.empty() && fs::equivalent(csv, exclude_csv, ec)) continue;
+    fs::path json = csv;
+    json.replace_extension(".json");
+    try {
+      const std::string ctx = read_file(json.string());
+      if (ctx.find("\"slug\": \"" + slug + "\"") == std::string::npos) {
+        if (skipped) skipped->push_back(csv.string() + ": context names another machine");
+        continue;
+      }
+      std::size_t n = 0;
+      for (ResultRow& r : read_results_csv(csv.string())) {
+        if (r.protocol != "wordpatch") continue;
+        rows.push_back(std::move(r));
+        ++n;
+      }
+      if (used && n) used->push_back(csv.string());
+    } catch (const std::exception& e) {
+      if (skipped) skipped->push_back(csv.string() + ": " + e.what());
+    }
+  }
+  return rows;
 }
 
 }  // namespace crossmod::harness

@@ -34,6 +34,15 @@ struct TmaxDerivation {
 TmaxDerivation derive_tmax(const std::vector<ResultRow>& rows,
                            const std::string& protocol = "wordpatch");
 
+// Evidence accumulates across runs on one machine: the wordpatch rows of every other
+// sweep-*.csv in `dir` whose context JSON names machine `slug` (files that cannot be read
+// are listed in *skipped, not fatal). Rare tears (observed here: ~1e-7 per exposed toggle
+// at waits up to 1200 ticks on KVM) can miss one run and hit the next; pooling keeps a
+// failure seen once from being forgotten by a later, luckier run.
+std::vector<ResultRow> read_prior_rows(const std::string& dir, const std::string& exclude_csv,
+                                       const std::string& slug, std::vector<std::string>* used,
+                                       std::vector<std::string>* skipped);
+
 // Tmax_recommended = max(2 x observed, c2c one-way ticks, 100) rounded up to a multiple
 // of 50 ticks.
 std::uint64_t recommend_tmax(std::uint64_t observed_ticks, std::uint64_t c2c_one_way_ticks);

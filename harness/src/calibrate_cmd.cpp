@@ -29,6 +29,7 @@ struct CalibrateArgs {
   std::string preset = "quick", config, out, tmax_out;
   bool resume = false;
   bool quiet = false;
+  bool no_pool = false;
   double budget_s = 0;
 };
 
@@ -208,8 +209,26 @@ void run_calibrate(const CalibrateArgs& a) {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() + resumed_s;
   };
   env.log = [&](const std::string& line) { progress.message("calibrate: " + line); };
-  const CalibrateOutcome out = run_calibration(cfg, env);
+  CalibrateOutcome out = run_calibration(cfg, env);
   progress.finish();
+  // Tmax from this run alone, and (unless --no-pool) from every run recorded for this
+  // machine in out_dir: a failure any earlier run saw still counts.
+  const TmaxDerivation this_run = out.tmax;
+  std::vector<std::string> pooled_files, pool_skipped;
+  if (!a.no_pool && !out.interrupted) {
+    std::vector<ResultRow> pooled = read_prior_rows(out_dir, csv_path, slug, &pooled_files, &pool_skipped);
+    if (!pooled_files.empty()) {
+      pooled.insert(pooled.end(), out.rows.begin(), out.rows.end());
+      out.tmax = derive_tmax(pooled);
+      out.notes.push_back(fmt::format(
+          "Tmax evidence pooled over this run and {} earlier sweep file(s) of this machine in {}; this run alone: "
+          "observed {} ticks, largest failing {}",
+          pooled_files.size(), out_dir,
+          this_run.observed_ticks ? std::to_string(*this_run.observed_ticks) : std::string("none"),
+          this_run.max_failing_wait ? std::to_string(*this_run.max_failing_wait) : std::string("none")));
+    }
+    for (const auto& sk : pool_skipped) out.notes.push_back("not pooled: " + sk);
+  }
   ctx.interrupted = out.interrupted;
   ctx.finished_utc = out.interrupted ? "" : utc_iso8601();
   ctx.cells_planned = out.rows.size();
@@ -269,6 +288,11 @@ void run_calibrate(const CalibrateArgs& a) {
   fmt::print("Tmax recommended  {:>6} ticks ({:.1f} ns): {}\n", sum.recommended,
              static_cast<double>(sum.recommended) * 1e9 / tsc_hz, margin_rule_text());
   fmt::print("largest failing W {:>6}\n", d.max_failing_wait ? std::to_string(*d.max_failing_wait) : std::string("none"));
+  if (!pooled_files.empty()) {
+    fmt::print("evidence          this run + {} earlier sweep file(s) of this machine (this run alone: observed {})\n",
+               pooled_files.size(),
+               this_run.observed_ticks ? std::to_string(*this_run.observed_ticks) + " ticks" : std::string("none"));
+  }
   if (!out.positive_control_failed) {
     fmt::print(stderr,
                "calibrate: note: the positive control (naive) never failed: exposure may be too low, or this\n"
@@ -318,6 +342,8 @@ void register_calibrate(CLI::App& app) {
   cmd->add_option("--budget", args->budget_s, "override the preset's cell budget, seconds");
   cmd->add_flag("--resume", args->resume, "continue the newest matching calibrate run in --out");
   cmd->add_flag("--quiet", args->quiet, "no progress line");
+  cmd->add_flag("--no-pool", args->no_pool,
+                "derive Tmax from this run only, not from every sweep of this machine in --out");
   cmd->callback([args] { run_calibrate(*args); });
 }
 

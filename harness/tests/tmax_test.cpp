@@ -2,6 +2,7 @@
 // adaptive calibration driven against a fake machine with a known boundary.
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <map>
 #include <set>
 
@@ -9,6 +10,7 @@
 
 #include "calibrate.hpp"
 #include "crossmod/tmax_config.hpp"
+#include "results_io.hpp"
 #include "stats.hpp"
 
 namespace crossmod::harness {
@@ -330,4 +332,58 @@ TEST(TmaxFile, TheEngineLoadsWhatCalibrateWrites) {
 }
 
 }  // namespace
+}  // namespace crossmod::harness
+
+namespace crossmod::harness {
+
+// A failure recorded by an earlier run of the same machine is not forgotten by a later,
+// luckier run; files of another machine and unreadable files are skipped, not fatal.
+TEST(PriorRows, PoolsWordpatchRowsOfThisMachineOnly) {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::temp_directory_path() / ("crossmod-pool-" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  auto write_run = [&](const std::string& stem, const std::string& slug, std::uint64_t fail_wait) {
+    {
+      ResultsWriter w((dir / (stem + ".csv")).string(), false);
+      for (std::uint64_t wait : {std::uint64_t{400}, std::uint64_t{800}, std::uint64_t{1600}}) {
+        ResultRow r;
+        r.protocol = "wordpatch";
+        r.phase = "confirm";
+        r.wait_ticks = wait;
+        r.toggles = r.exposed_toggles = 1000000;
+        r.failures = wait == fail_wait ? 1 : 0;
+        w.append(r);
+      }
+      ResultRow c;
+      c.protocol = "naive";
+      c.toggles = c.exposed_toggles = 100;
+      c.failures = 50;
+      w.append(c);
+    }
+    write_file_atomic((dir / (stem + ".json")).string(),
+                      "{\"machine\": {\"slug\": \"" + slug + "\"}}\n");
+  };
+  write_run("sweep-20260101T000000Z", "this-machine", 800);   // earlier run: tear at 800
+  write_run("sweep-20260102T000000Z", "other-machine", 1600);  // another machine
+  write_run("sweep-20260103T000000Z", "this-machine", 0);      // the current run: clean
+  write_file_atomic((dir / "sweep-20260104T000000Z.csv").string(), "not,a,results,file\n");
+
+  std::vector<std::string> used, skipped;
+  const auto prior = read_prior_rows(dir.string(), (dir / "sweep-20260103T000000Z.csv").string(),
+                                     "this-machine", &used, &skipped);
+  ASSERT_EQ(used.size(), 1u);
+  EXPECT_NE(used[0].find("20260101"), std::string::npos);
+  EXPECT_EQ(skipped.size(), 2u);  // other machine + unreadable
+  ASSERT_EQ(prior.size(), 3u);    // wordpatch rows only
+  for (const auto& r : prior) EXPECT_EQ(r.protocol, "wordpatch");
+
+  const auto current = read_results_csv((dir / "sweep-20260103T000000Z.csv").string());
+  EXPECT_EQ(*derive_tmax(current).observed_ticks, 400u);  // alone, the lucky run says 400
+  std::vector<ResultRow> pooled = prior;
+  pooled.insert(pooled.end(), current.begin(), current.end());
+  EXPECT_EQ(*derive_tmax(pooled).observed_ticks, 1600u);  // pooled, the tear at 800 counts
+  fs::remove_all(dir);
+}
+
 }  // namespace crossmod::harness
