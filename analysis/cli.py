@@ -229,6 +229,8 @@ def _text_summary(r: FolderResult, out_dir: Path) -> str:
     s = r.summary
     lines = [f"{r.folder}: {r.machine.slug}" + (f" ({r.machine.brand})" if r.machine.brand else "")]
     sw = s.get("sweep")
+    n_sweeps = len(s.get('inputs', {}).get('sweep') or [])
+    scope = "this sweep" if n_sweeps <= 1 else f"{n_sweeps} pooled sweeps"
     if sw:
         lines.append(f"  {', '.join(s['inputs']['sweep'])}: {sw['cells']} cells, "
                      f"{len(sw['excluded'])} blind/error excluded, {sw['selftest_rows_ignored']} selftest ignored")
@@ -251,14 +253,14 @@ def _text_summary(r: FolderResult, out_dir: Path) -> str:
     fs = s["tmax"]["from_sweep"]
     if fs:
         if fs["observed_ticks"] is not None:
-            lines.append(f"  Tmax observed in this sweep: {fs['observed_ticks']} ticks; 0 failures in "
+            lines.append(f"  Tmax observed in {scope}: {fs['observed_ticks']} ticks; 0 failures in "
                          f"{fs['exposed_at_or_above']:,} exposed toggles at or above, "
                          f"p < {fs['failure_bound_95']:.2g} at 95%")
         elif fs["above_tested_range"]:
-            lines.append(f"  Tmax observed in this sweep: above the largest tested wait "
+            lines.append(f"  Tmax observed in {scope}: above the largest tested wait "
                          f"({fs['max_failing_ticks']} ticks still failed)")
         elif fs["waits_tested"]:
-            lines.append("  Tmax observed in this sweep: none (no clean zero-failure evidence; "
+            lines.append(f"  Tmax observed in {scope}: none (no clean zero-failure evidence; "
                          f"{sw['low_exposure_cells'] if sw else 0} cells of the sweep had low exposure)")
     if sw:
         for p, v in sw["per_protocol"].items():

@@ -100,6 +100,19 @@ class Sweep:
     context: dict[str, Any]             # the sibling JSON, {} when absent
     context_path: Optional[Path]
     ignored_selftest: int = 0
+    paths: list[Path] = field(default_factory=list)   # every pooled file; [] = [path]
+
+    @property
+    def source_label(self) -> str:
+        """The file name, or all of them when several sweeps were pooled."""
+        files = self.paths or [self.path]
+        if len(files) == 1:
+            return files[0].name
+        return f"{len(files)} sweeps pooled: " + ", ".join(p.name for p in files)
+
+    @property
+    def scope(self) -> str:
+        return "this sweep" if len(self.paths) <= 1 else f"{len(self.paths)} pooled sweeps"
 
     @property
     def valid(self) -> list[dict[str, Any]]:
@@ -259,7 +272,8 @@ def merge_sweeps(sweeps: list[Sweep]) -> Sweep:
     rows = [r for s in sweeps for r in s.rows]
     last = sweeps[-1]
     return Sweep(path=last.path, rows=rows, context=last.context, context_path=last.context_path,
-                 ignored_selftest=sum(s.ignored_selftest for s in sweeps))
+                 ignored_selftest=sum(s.ignored_selftest for s in sweeps),
+                 paths=[p for s in sweeps for p in (s.paths or [s.path])])
 
 
 # ---------------------------------------------------------------------------- Tmax config

@@ -43,9 +43,10 @@ class Machine:
     brand: str = ""
     tsc_hz: Optional[float] = None
 
-    def subtitle(self, *sources: Optional[Path]) -> str:
+    def subtitle(self, *sources) -> str:
+        """sources: Paths, or strings already naming the inputs (Sweep.source_label)."""
         who = self.slug + (f" — {self.brand}" if self.brand else "")
-        files = ", ".join(p.name for p in sources if p is not None)
+        files = ", ".join(p if isinstance(p, str) else p.name for p in sources if p is not None)
         return who + (f"\nfrom {files}" if files else "")
 
     def ticks_to_ns(self, ticks: float) -> Optional[float]:
@@ -170,7 +171,7 @@ def _tmax_lines(ax, tmax: Optional[TmaxConfig], sweep_tmax: Optional[dict],
         dotted = "#888888" if color == "black" else color
         ax.axvline(to_x(t), color=dotted, linestyle=":", linewidth=1.4)
         handles.append(Line2D([], [], color=dotted, linestyle=":",
-                              label=f"{prefix}Tmax observed in this sweep = {t:g} ticks"))
+                              label=f"{prefix}Tmax observed in the sweep data = {t:g} ticks"))
     return handles
 
 
@@ -185,7 +186,7 @@ def failure_rate(sweep: Sweep, machine: Machine, tmax: Optional[TmaxConfig], out
     floor = _floor(groups)
     sweep_tmax = stats.tmax_from_cells(sweep.rows)
     fig, axes = _figure("wordpatch: failure probability per exposed toggle vs wait W",
-                        machine.subtitle(sweep.path) + f"; cells of equal (W, S) pooled over executors, "
+                        machine.subtitle(sweep.source_label) + f"; cells of equal (W, S) pooled over executors, "
                         f"placements, reps and phases; {len(sweep.excluded)} blind/error cells excluded",
                         figsize=(10.0, 7.6))
     ax = axes[0, 0]
@@ -210,14 +211,14 @@ def failure_rate(sweep: Sweep, machine: Machine, tmax: Optional[TmaxConfig], out
         handles.append(Line2D([], [], color="#7f7f7f", linestyle=(0, (1, 3)),
                               label=f"core-to-core line transfer, one way = {c2c:g} ticks (Tmax floor)"))
     if sweep_tmax["observed_ticks"] is not None:
-        claim = (f"wordpatch at W ≥ {sweep_tmax['observed_ticks']} ticks (this sweep): 0 failures in "
+        claim = (f"wordpatch at W ≥ {sweep_tmax['observed_ticks']} ticks ({sweep.scope}): 0 failures in "
                  f"{sweep_tmax['exposed_at_or_above']:,} exposed toggles,\n"
                  f"p < {_fmt_p(sweep_tmax['failure_bound_95'])} per exposed toggle at 95% confidence")
     elif sweep_tmax["above_tested_range"]:
         claim = (f"failures up to the largest tested wait ({sweep_tmax['max_failing_ticks']} ticks): "
                  "Tmax lies above the tested range")
     else:
-        claim = "no zero-failure evidence in this sweep"
+        claim = f"no zero-failure evidence in {sweep.scope}"
     low = sum(r["low_exposure"] for r in cells)
     if low:
         claim += (f"\n{low} of {len(cells)} wordpatch cells had low exposure: plotted, "
@@ -287,7 +288,7 @@ def heatmap(sweep: Sweep, machine: Machine, protocol: str, out_dir: Path, svg: b
     fig_w, fig_h = max(9.0, ncols * facet_w + 2.2), nrows * facet_h + 1.95
     fig, axes = _figure(f"{protocol}: failure rate per exposed toggle, wait W × "
                         f"{'site offset' if ykey == 'site_offset' else 'straddle S'}",
-                        machine.subtitle(sweep.path) + f"; {len(excluded)} blind/error cells excluded",
+                        machine.subtitle(sweep.source_label) + f"; {len(excluded)} blind/error cells excluded",
                         nrows, ncols, figsize=(fig_w, fig_h), sharey=True)
     annotate = len(waits) * len(ys) <= 90
     image = None
@@ -383,7 +384,7 @@ def controls(sweep: Sweep, machine: Machine, out_dir: Path, svg: bool = True) ->
     floor = _floor(groups)
     present = [s for s in order if any(g["series"] == s for g in groups)]
     fig, axes = _figure("Controls: failure probability per exposed toggle at the same waits",
-                        machine.subtitle(sweep.path) + "; pooled over straddle, executors and "
+                        machine.subtitle(sweep.source_label) + "; pooled over straddle, executors and "
                         "placements (wordpatch shown for reference)", figsize=(10.0, 7.4))
     ax = axes[0, 0]
     width = 0.8 / max(1, len(present))

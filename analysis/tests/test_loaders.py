@@ -205,3 +205,15 @@ def test_tmax_from_calibrate_summary(tmp_path):
     data["tmax"]["observed_ticks"] = "soon"
     with pytest.raises(InputError, match="observed_ticks"):
         loaders.tmax_from_calibrate(path, data)
+
+
+def test_merged_sweeps_name_every_source_file():
+    from pathlib import Path
+    from analysis import loaders
+    a = loaders.Sweep(path=Path("sweep-1.csv"), rows=[{"outcome": "ok"}], context={}, context_path=None)
+    b = loaders.Sweep(path=Path("sweep-2.csv"), rows=[{"outcome": "ok"}], context={}, context_path=None)
+    assert a.source_label == "sweep-1.csv" and a.scope == "this sweep"
+    m = loaders.merge_sweeps([a, b])
+    assert len(m.rows) == 2
+    assert m.source_label == "2 sweeps pooled: sweep-1.csv, sweep-2.csv"
+    assert m.scope == "2 pooled sweeps"
