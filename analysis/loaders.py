@@ -41,7 +41,9 @@ OUTCOMES = ("ok", "crash", "hang", "error", "blind")
 # Cells whose counts mean nothing (no exposure, or the harness could not run them).
 EXCLUDED_OUTCOMES = ("error", "blind")
 
-LATENCY_COLUMNS = ("benchmark", "op", "executors", "sample_ticks")
+LATENCY_COLUMNS = ("benchmark", "op", "executors", "sample_ticks", "count")
+# Files written before the count column existed: one row per sample.
+LATENCY_COLUMNS_V0 = ("benchmark", "op", "executors", "sample_ticks")
 
 
 class InputError(Exception):
@@ -486,7 +488,11 @@ def load_latency_csv(path: Path) -> dict[tuple[str, int], list[int]]:
             header = [h.strip() for h in next(reader)]
         except StopIteration:
             raise InputError(path, "empty file (expected a header line)") from None
-        if tuple(header) != LATENCY_COLUMNS:
+        if tuple(header) == LATENCY_COLUMNS_V0:
+            columns = LATENCY_COLUMNS_V0
+        elif tuple(header) == LATENCY_COLUMNS:
+            columns = LATENCY_COLUMNS
+        else:
             missing = [c for c in LATENCY_COLUMNS if c not in header]
             if missing:
                 raise InputError(path, f"header: missing column(s) {', '.join(missing)}")
@@ -496,8 +502,8 @@ def load_latency_csv(path: Path) -> dict[tuple[str, int], list[int]]:
                 if not fields:
                     continue
                 line = reader.line_num
-                if len(fields) != len(LATENCY_COLUMNS):
-                    raise InputError(path, f"line {line}: {len(fields)} fields, expected 4")
+                if len(fields) != len(columns):
+                    raise InputError(path, f"line {line}: {len(fields)} fields, expected {len(columns)}")
                 try:
                     executors = _parse_int(fields[2])
                 except ValueError:
@@ -506,7 +512,15 @@ def load_latency_csv(path: Path) -> dict[tuple[str, int], list[int]]:
                     ticks = _parse_int(fields[3])
                 except ValueError:
                     raise InputError(path, f"line {line}, column sample_ticks: {fields[3]!r} is not an integer") from None
-                samples.setdefault((fields[1].strip(), executors), []).append(ticks)
+                count = 1
+                if len(columns) == 5:
+                    try:
+                        count = _parse_int(fields[4])
+                    except ValueError:
+                        raise InputError(path, f"line {line}, column count: {fields[4]!r} is not an integer") from None
+                    if count < 1:
+                        raise InputError(path, f"line {line}, column count: {count} is not >= 1")
+                samples.setdefault((fields[1].strip(), executors), []).extend([ticks] * count)
         except csv.Error as e:
             raise InputError(path, f"line {reader.line_num}: not CSV: {e}") from e
         except UnicodeDecodeError as e:

@@ -170,6 +170,13 @@ def test_latency_csv(intel_data, tmp_path):
                     "latency/a/executors:1,a,1,1.5e3\n")
     with pytest.raises(InputError, match="line 3, column sample_ticks"):
         loaders.load_latency_csv(path)
+    # Current format: one row per distinct value with its count, expanded on load.
+    path.write_text("benchmark,op,executors,sample_ticks,count\n"
+                    "latency/a/executors:1,a,1,78,3\nlatency/a/executors:1,a,1,104,1\n")
+    assert loaders.load_latency_csv(path)[("a", 1)] == [78, 78, 78, 104]
+    path.write_text("benchmark,op,executors,sample_ticks,count\nlatency/a/executors:1,a,1,78,0\n")
+    with pytest.raises(InputError, match="line 2, column count"):
+        loaders.load_latency_csv(path)
 
 
 def test_newest_file_by_stamp(tmp_path):

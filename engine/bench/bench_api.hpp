@@ -19,7 +19,8 @@
 //                                    calls_per_s achieved_toggles_per_s state_a_fraction
 //                                    imbalance calls_per_s_rel window_s straddle
 //    A benchmark the machine cannot run has error_message "unsupported: ...".
-//  -latency.csv   benchmark,op,executors,sample_ticks (<= 20000 samples per benchmark)
+//  -latency.csv   benchmark,op,executors,sample_ticks,count: the samples (<= 20000 per
+//                 benchmark) as one row per distinct value with how often it occurred
 //  -summary.json  with --summary: headline ratios, each with numerator and denominator.
 #pragma once
 #include <string>

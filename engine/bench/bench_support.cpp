@@ -118,12 +118,20 @@ void LatencyRecorder::publish(benchmark::State& state) {
 std::size_t write_latency_csv(const std::string& path) {
   std::FILE* f = std::fopen(path.c_str(), "w");
   if (!f) throw std::runtime_error(fmt::format("cannot write {}: {}", path, std::strerror(errno)));
+  // One row per distinct value with its count: TSC readings here are quantised (the
+  // guest's TSC advances in steps of ~26 ticks), so the reservoir has few distinct values
+  // and per-sample rows made a ~50 MB file for the same distribution.
   std::size_t rows = 0;
-  fmt::print(f, "benchmark,op,executors,sample_ticks\n");
+  fmt::print(f, "benchmark,op,executors,sample_ticks,count\n");
   for (const SampleSet& s : sample_log()) {
-    for (std::uint64_t t : s.ticks) {
-      fmt::print(f, "{},{},{},{}\n", s.benchmark, s.op, s.executors, t);
-      ++rows;
+    std::vector<std::uint64_t> sorted(s.ticks.begin(), s.ticks.end());
+    std::sort(sorted.begin(), sorted.end());
+    for (std::size_t i = 0; i < sorted.size();) {
+      std::size_t j = i;
+      while (j < sorted.size() && sorted[j] == sorted[i]) ++j;
+      fmt::print(f, "{},{},{},{},{}\n", s.benchmark, s.op, s.executors, sorted[i], j - i);
+      rows += j - i;
+      i = j;
     }
   }
   if (std::fclose(f) != 0)

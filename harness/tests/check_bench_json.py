@@ -140,12 +140,13 @@ def validate(out_dir, want_summary, p):
         with open(csv_path, newline="") as f:
             r = csv.reader(f)
             header = next(r, None)
-            p.check(header == ["benchmark", "op", "executors", "sample_ticks"],
+            p.check(header == ["benchmark", "op", "executors", "sample_ticks", "count"],
                     f"CSV header is {header}")
             for row in r:
-                if not p.check(len(row) == 4 and row[3].isdigit(), f"bad CSV row {row}"):
+                if not p.check(len(row) == 5 and row[3].isdigit() and row[4].isdigit()
+                               and int(row[4]) >= 1, f"bad CSV row {row}"):
                     break
-                per[row[0]] = per.get(row[0], 0) + 1
+                per[row[0]] = per.get(row[0], 0) + int(row[4])
         for name, n in per.items():
             p.check(n <= MAX_SAMPLES, f"{name}: {n} samples > {MAX_SAMPLES}")
         for name in expected:
