@@ -251,3 +251,25 @@ TEST(ConfigError, Format) {
 
 }  // namespace
 }  // namespace crossmod
+
+// Every Tmax config committed under configs/tmax/ (written by `crossmod calibrate`) must
+// stay loadable by the engine as the schema evolves, and must describe the machine its
+// file name says.
+TEST(CommittedTmaxConfigs, EveryFileLoads) {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::path(CROSSMOD_SOURCE_DIR) / "configs" / "tmax";
+  int files = 0;
+  for (const auto& e : fs::directory_iterator(dir)) {
+    if (e.path().extension() != ".toml") continue;
+    ++files;
+    crossmod::TmaxConfig cfg;
+    crossmod::ConfigError err;
+    ASSERT_EQ(crossmod::load_tmax_config(e.path().string(), &cfg, &err), crossmod::Status::ok)
+        << err.to_string();
+    EXPECT_FALSE(cfg.is_default);
+    EXPECT_EQ(cfg.machine, e.path().stem().string());
+    EXPECT_GE(cfg.recommended_ticks, cfg.observed_ticks);
+    EXPECT_GT(cfg.tsc_hz, 0);
+  }
+  EXPECT_GT(files, 0) << "no calibrated config committed in " << dir;
+}
