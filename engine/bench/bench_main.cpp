@@ -23,6 +23,7 @@
 #include "crossmod/machine.hpp"
 #include "crossmod/tmax_config.hpp"
 #include "crossmod/x86.hpp"
+#include "results_io.hpp"  // utc_stamp: one stamp format for every results file
 
 namespace crossmod::bench {
 namespace {
@@ -31,15 +32,6 @@ constexpr int kBenchSchemaVersion = 1;
 // PLDI'16 Table 2: callpatch toggle latency in TSC ticks, the two values the paper
 // reports. Different machine and year: shown for context, not as a claim.
 constexpr double kPaperCallpatchTicks[] = {432, 315};
-
-std::string utc_stamp() {
-  std::time_t t = std::time(nullptr);
-  std::tm tm{};
-  gmtime_r(&t, &tm);
-  char buf[32];
-  std::strftime(buf, sizeof buf, "%Y%m%dT%H%M%SZ", &tm);
-  return buf;
-}
 
 // What an empty rdtscp_ordered() bracket reads: the floor under every latency sample,
 // not subtracted from them (it is part of what a caller timing a patch would see).
@@ -358,7 +350,7 @@ int run(const Options& opts) {
   std::error_code fec;
   std::filesystem::create_directories(dir, fec);
   if (fec) throw std::runtime_error(fmt::format("cannot create {}: {}", dir.string(), fec.message()));
-  const std::string stamp = utc_stamp();
+  const std::string stamp = harness::utc_stamp();
   const std::string json_name = fmt::format("bench-{}.json", stamp);
   const std::string json_path = (dir / json_name).string();
   const std::string csv_path = (dir / fmt::format("bench-{}-latency.csv", stamp)).string();

@@ -149,25 +149,10 @@ void run_calibrate(const CalibrateArgs& a) {
 
   // 3. Files.
   make_dirs(out_dir);
-  std::string csv_path, json_path;
   SweepContext ctx;
-  if (resume_csv) {
-    csv_path = *resume_csv;
-    json_path = csv_path.substr(0, csv_path.size() - 4) + ".json";
-    std::string old;
-    try {
-      old = read_file(json_path);
-    } catch (const std::exception&) {
-    }
-    ctx.started_utc = json_find_string(old, "started_utc").value_or(utc_iso8601());
-    ctx.last_resumed_utc = utc_iso8601();
-  } else {
-    const std::string stamp = utc_stamp();
-    csv_path = fmt::format("{}/sweep-{}.csv", out_dir, stamp);
-    for (int i = 2; std::filesystem::exists(csv_path); ++i) csv_path = fmt::format("{}/sweep-{}-{}.csv", out_dir, stamp, i);
-    json_path = csv_path.substr(0, csv_path.size() - 4) + ".json";
-    ctx.started_utc = utc_iso8601();
-  }
+  const ResultPaths paths = choose_result_paths(out_dir, resume_csv.value_or(""), &ctx);
+  const std::string& csv_path = paths.csv;
+  const std::string& json_path = paths.json;
   const std::string stamp = std::filesystem::path(csv_path).stem().string().substr(6);
   const std::string calib_json = fmt::format("{}/calibrate-{}.json", out_dir, stamp);
   ctx.run_kind = "calibrate";

@@ -156,4 +156,27 @@ std::string SweepContext::render() const {
   return o.render() + "\n";
 }
 
+ResultPaths choose_result_paths(const std::string& out_dir, const std::string& resume_csv,
+                                SweepContext* ctx) {
+  ResultPaths p;
+  if (!resume_csv.empty()) {
+    p.csv = resume_csv;
+    p.json = p.csv.substr(0, p.csv.size() - 4) + ".json";
+    std::string old;
+    try {
+      old = read_file(p.json);
+    } catch (const std::exception&) {
+    }
+    ctx->started_utc = json_find_string(old, "started_utc").value_or(utc_iso8601());
+    ctx->last_resumed_utc = utc_iso8601();
+    return p;
+  }
+  const std::string stamp = utc_stamp();
+  p.csv = fmt::format("{}/sweep-{}.csv", out_dir, stamp);
+  for (int i = 2; std::filesystem::exists(p.csv); ++i) p.csv = fmt::format("{}/sweep-{}-{}.csv", out_dir, stamp, i);
+  p.json = p.csv.substr(0, p.csv.size() - 4) + ".json";
+  ctx->started_utc = utc_iso8601();
+  return p;
+}
+
 }  // namespace crossmod::harness

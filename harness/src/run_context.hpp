@@ -47,4 +47,14 @@ struct SweepContext {
   std::string render() const;
 };
 
+// The result files of a sweep or calibrate run: on resume, the chosen CSV and its JSON,
+// keeping the original start time; otherwise new DIR/sweep-<stamp>.csv/.json (with -2, -3
+// ... when the stamp is taken). Sets ctx->started_utc and, on resume, last_resumed_utc.
+struct ResultPaths {
+  std::string csv, json;
+};
+ResultPaths choose_result_paths(const std::string& out_dir, const std::string& resume_csv,
+                                SweepContext* ctx);
+
+
 }  // namespace crossmod::harness

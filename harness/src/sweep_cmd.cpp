@@ -59,27 +59,10 @@ void run_sweep(const SweepArgs& a) {
   // 2. Files.
   make_dirs(a.out);
   const double tsc_hz = tsc_info().hz;
-  std::string csv_path, json_path;
   SweepContext ctx;
-  if (resume_csv) {
-    csv_path = *resume_csv;
-    json_path = csv_path.substr(0, csv_path.size() - 4) + ".json";
-    std::string old;
-    try {
-      old = read_file(json_path);
-    } catch (const std::exception&) {
-    }
-    ctx.started_utc = json_find_string(old, "started_utc").value_or(utc_iso8601());
-    ctx.last_resumed_utc = utc_iso8601();
-  } else {
-    std::string stamp = utc_stamp();
-    csv_path = fmt::format("{}/sweep-{}.csv", a.out, stamp);
-    for (int i = 2; std::filesystem::exists(csv_path); ++i) {
-      csv_path = fmt::format("{}/sweep-{}-{}.csv", a.out, stamp, i);
-    }
-    json_path = csv_path.substr(0, csv_path.size() - 4) + ".json";
-    ctx.started_utc = utc_iso8601();
-  }
+  const ResultPaths paths = choose_result_paths(a.out, resume_csv.value_or(""), &ctx);
+  const std::string& csv_path = paths.csv;
+  const std::string& json_path = paths.json;
   ctx.run_kind = "sweep";
   ctx.config_key = cfg.config_key();
   ctx.config_json = cfg.to_json();
