@@ -405,10 +405,35 @@ CalibrateOutcome run_calibration(const SweepConfig& cfg, CalibrateEnv& env) {
   log(fmt::format("search: boundary at W={} ticks (largest failing: {})", *hi,
                   lo ? std::to_string(*lo) : std::string("none")));
   TmaxDerivation d;
+  // Boundary decisions see earlier runs of this machine too (their failures still count).
+  auto derive_all = [&]() {
+    if (env.prior_rows.empty()) return derive_tmax(out.rows);
+    std::vector<ResultRow> all = env.prior_rows;
+    all.insert(all.end(), out.rows.begin(), out.rows.end());
+    return derive_tmax(all);
+  };
 
   // (3) Confirmation at W_obs and above, over every S, executor count and placement, in
   // rounds so that the budget is spread evenly whenever it runs out.
   std::uint64_t base = *hi;
+  if (!env.prior_rows.empty()) {
+    const TmaxDerivation pooled = derive_all();
+    std::uint64_t pooled_base = 0;
+    if (pooled.observed_ticks) {
+      pooled_base = *pooled.observed_ticks;
+    } else if (pooled.max_failing_wait) {
+      pooled_base = round_up(2 * *pooled.max_failing_wait, k.resolution_ticks);
+    }
+    if (pooled_base > base) {
+      log(fmt::format("confirm: earlier runs of this machine put the boundary at W={} (this run: {})",
+                      pooled_base, base));
+      out.notes.push_back(fmt::format(
+          "confirmation starts at W={} ticks, the boundary implied by earlier runs of this machine "
+          "together with this one (this run's search alone: {})",
+          pooled_base, base));
+      base = pooled_base;
+    }
+  }
   out.confirm_waits = plan_confirm_waits(base, k);
   bool stop_confirm = false;
   // After max_replans moves the boundary is frozen: failures are still recorded (Tmax is
@@ -442,7 +467,7 @@ CalibrateOutcome run_calibration(const SweepConfig& cfg, CalibrateEnv& env) {
                                cfg.max_failures);
             if (!row) return out;
             if (!row->failed() || frozen) continue;
-            d = derive_tmax(out.rows);
+            d = derive_all();
             // The next planned wait above the failure is confirmed from scratch; with
             // none left, the smallest clean wait above it, or twice the failing wait.
             std::uint64_t new_base = d.observed_ticks ? *d.observed_ticks

@@ -80,6 +80,10 @@ struct CalibrateEnv {
   std::function<double()> elapsed_s;        // seconds of budget used so far
   std::function<void(const std::string&)> log;  // a line for people
   double tsc_hz = 2.6e9;
+  // wordpatch rows of earlier runs of this machine (read_prior_rows). Confirmation starts
+  // at the boundary they and this run's rows imply together, so repeated calibrates add
+  // evidence at the Tmax that will be written rather than at this run's own boundary.
+  std::vector<ResultRow> prior_rows;
 };
 
 struct CalibrateOutcome {

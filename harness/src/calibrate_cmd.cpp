@@ -194,15 +194,16 @@ void run_calibrate(const CalibrateArgs& a) {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() + resumed_s;
   };
   env.log = [&](const std::string& line) { progress.message("calibrate: " + line); };
+  std::vector<std::string> pooled_files, pool_skipped;
+  if (!a.no_pool) env.prior_rows = read_prior_rows(out_dir, csv_path, slug, &pooled_files, &pool_skipped);
   CalibrateOutcome out = run_calibration(cfg, env);
   progress.finish();
   // Tmax from this run alone, and (unless --no-pool) from every run recorded for this
   // machine in out_dir: a failure any earlier run saw still counts.
   const TmaxDerivation this_run = out.tmax;
-  std::vector<std::string> pooled_files, pool_skipped;
   if (!a.no_pool && !out.interrupted) {
-    std::vector<ResultRow> pooled = read_prior_rows(out_dir, csv_path, slug, &pooled_files, &pool_skipped);
     if (!pooled_files.empty()) {
+      std::vector<ResultRow> pooled = env.prior_rows;
       pooled.insert(pooled.end(), out.rows.begin(), out.rows.end());
       out.tmax = derive_tmax(pooled);
       out.notes.push_back(fmt::format(

@@ -239,6 +239,37 @@ TEST(Calibrate, BoundaryFrozenAfterMaxReplansStillSpendsTheBudget) {
   EXPECT_EQ(*out.tmax.observed_ticks, 2400u);  // the failure at 1800 was not ignored
 }
 
+// With earlier runs of this machine on record, confirmation is spent at the boundary they
+// imply together with this run, i.e. at the Tmax calibrate will write, not only at this
+// run's own (luckier) boundary.
+TEST(Calibrate, ConfirmationStartsAtTheBoundaryOfEarlierRuns) {
+  auto prior_row = [](std::uint64_t wait, std::uint64_t failures) {
+    ResultRow r;
+    r.protocol = "wordpatch";
+    r.phase = "confirm";
+    r.wait_ticks = wait;
+    r.toggles = r.exposed_toggles = 1000000;
+    r.failures = failures;
+    return r;
+  };
+  FakeMachine m;  // this run alone: boundary 300
+  auto cfg = calib_config();
+  CalibrateEnv env;
+  env.run = [&](const CellSpec& s, const std::string&, std::optional<double>) { return m.run(s); };
+  env.elapsed_s = [&] { return m.clock; };
+  env.prior_rows = {prior_row(1650, 1), prior_row(2400, 0)};
+  const auto out = run_calibration(cfg, env);
+  ASSERT_FALSE(out.confirm_waits.empty());
+  EXPECT_EQ(out.confirm_waits.front(), 2400u);
+  std::uint64_t confirm_cells_at_or_above = 0;
+  for (const auto& r : out.rows)
+    if (r.phase == "confirm" && r.wait_ticks >= 2400) ++confirm_cells_at_or_above;
+  EXPECT_GT(confirm_cells_at_or_above, 0u);
+  // Without earlier runs the same machine confirms at its own boundary.
+  FakeMachine alone;
+  EXPECT_EQ(calibrate_against(alone, calib_config()).confirm_waits.front(), 300u);
+}
+
 TEST(Calibrate, LowExposureCleanCellsGuideTheSearchButAreNotEvidence) {
   FakeMachine m;
   m.low_exposure_below = 400;  // 300..399 clean but low exposure
