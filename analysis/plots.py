@@ -8,6 +8,7 @@ Not thread-safe (pyplot keeps global state).
 from __future__ import annotations
 
 import math
+import textwrap
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
@@ -57,7 +58,11 @@ def _figure(title: str, subtitle: str, nrows: int = 1, ncols: int = 1,
             figsize: tuple[float, float] = (9.0, 5.8), **kw):
     fig, axes = plt.subplots(nrows, ncols, figsize=figsize, squeeze=False, **kw)
     fig.suptitle(title, fontsize=12, fontweight="bold", y=0.995)
-    fig.text(0.5, 0.935 if figsize[1] < 7 else 0.955, subtitle, ha="center", va="top",
+    # Wrap to the figure width (~16 characters per inch at 8 pt): pooled sweeps make long
+    # source lists that would otherwise run off both edges.
+    width = max(60, int(figsize[0] * 16))
+    wrapped = "\n".join(textwrap.fill(line, width) for line in subtitle.split("\n"))
+    fig.text(0.5, 0.935 if figsize[1] < 7 else 0.955, wrapped, ha="center", va="top",
              fontsize=8, color="#444444")
     return fig, axes
 
