@@ -102,14 +102,16 @@ TEST(Cell, WordpatchWithGenerousWaitNeverFails) {
     CellSpec s;
     s.protocol = Protocol::wordpatch;
     s.straddle = st;
-    s.wait_ticks = 20000;
-    s.toggles = 20000;
+    // Far past the largest tear measured on the reference machine (4800 ticks), so the
+    // assertion checks the harness and engine, not the hardware's rare tail.
+    s.wait_ticks = 200000;
+    s.toggles = 2000;
     s.dwell_ticks = 5000;
     s.watchdog_s = 50;
     const CellResult r = run(s);
     SCOPED_TRACE("S=" + std::to_string(st) + ": " + r.note);
     EXPECT_EQ(r.outcome, "ok");
-    EXPECT_EQ(r.toggles, 20000u);
+    EXPECT_EQ(r.toggles, 2000u);
     EXPECT_EQ(r.failures, 0u);
     EXPECT_EQ(r.sigill + r.sigsegv + r.sigbus + r.stray_trap, 0u);
     EXPECT_GT(r.state_a, 0u);
