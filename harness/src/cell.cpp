@@ -52,9 +52,7 @@ const char* to_string(Protocol p) {
 Protocol parse_protocol(const std::string& name) {
   std::string n = name;
   std::replace(n.begin(), n.end(), '_', '-');
-  for (Protocol p : {Protocol::wordpatch, Protocol::naive, Protocol::callpatch, Protocol::aligned,
-                     Protocol::sync_core, Protocol::selftest_hang, Protocol::selftest_crash,
-                     Protocol::selftest_torn}) {
+  for (Protocol p : kAllProtocols) {
     if (n == to_string(p)) return p;
   }
   throw std::invalid_argument("unknown protocol '" + name +

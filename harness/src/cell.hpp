@@ -25,6 +25,12 @@ enum class Protocol {
                     // window, odd toggles B front + A back -> SIGILL): faults are certain
                     // and must be counted
 };
+// Every protocol, in CLI order; to_string gives the one spelling used everywhere (CLI,
+// presets, CSV).
+inline constexpr Protocol kAllProtocols[] = {
+    Protocol::wordpatch,     Protocol::naive,          Protocol::callpatch,
+    Protocol::aligned,       Protocol::sync_core,      Protocol::selftest_hang,
+    Protocol::selftest_crash, Protocol::selftest_torn};
 const char* to_string(Protocol p);
 Protocol parse_protocol(const std::string& name);  // throws std::invalid_argument
 

@@ -21,32 +21,6 @@
 namespace crossmod::harness {
 namespace {
 
-struct ProtocolEntry {
-  Protocol p;
-  const char* name;
-  bool hidden;
-};
-constexpr ProtocolEntry kProtocols[] = {
-    {Protocol::wordpatch, "wordpatch", false},
-    {Protocol::naive, "naive", false},
-    {Protocol::callpatch, "callpatch", false},
-    {Protocol::aligned, "aligned", false},
-    {Protocol::sync_core, "sync-core", false},
-    {Protocol::selftest_hang, "selftest-hang", true},
-    {Protocol::selftest_crash, "selftest-crash", true},
-    {Protocol::selftest_torn, "selftest-torn", true},
-};
-
-struct PlacementEntry {
-  Placement p;
-  const char* name;
-};
-constexpr PlacementEntry kPlacements[] = {
-    {Placement::spread, "spread"},
-    {Placement::smt, "smt"},
-    {Placement::cross_package, "cross-package"},
-};
-
 constexpr const char* kColumns[] = {
     "schema_version", "cell_id", "phase", "protocol", "wait_ticks", "wait_ns", "straddle",
     "site_offset", "executors", "placement", "rep", "dwell_ticks", "toggles",
@@ -166,39 +140,29 @@ const std::string& results_csv_header() {
   return header;
 }
 
-const char* protocol_name(Protocol p) {
-  for (const auto& e : kProtocols) {
-    if (e.p == p) return e.name;
-  }
-  return "unknown";
-}
+// The spellings live in to_string(Protocol) / to_string(Placement) (cell.cpp,
+// topology.cpp); the CSV and presets accept those and the C++ underscore spelling of the
+// two hyphenated names.
+const char* protocol_name(Protocol p) { return to_string(p); }
 
 std::optional<Protocol> protocol_from_name(std::string_view name) {
-  for (const auto& e : kProtocols) {
-    if (name == e.name) return e.p;
+  for (Protocol p : kAllProtocols) {
+    if (name == to_string(p)) return p;
   }
-  // Accept the C++ spelling too; the CSV always uses the CLI one.
   if (name == "sync_core") return Protocol::sync_core;
   return std::nullopt;
 }
 
 bool protocol_is_hidden(Protocol p) {
-  for (const auto& e : kProtocols) {
-    if (e.p == p) return e.hidden;
-  }
-  return true;
+  return p == Protocol::selftest_hang || p == Protocol::selftest_crash ||
+         p == Protocol::selftest_torn;
 }
 
-const char* placement_name(Placement p) {
-  for (const auto& e : kPlacements) {
-    if (e.p == p) return e.name;
-  }
-  return "unknown";
-}
+const char* placement_name(Placement p) { return to_string(p); }
 
 std::optional<Placement> placement_from_name(std::string_view name) {
-  for (const auto& e : kPlacements) {
-    if (name == e.name) return e.p;
+  for (Placement p : kAllPlacements) {
+    if (name == to_string(p)) return p;
   }
   if (name == "cross_package") return Placement::cross_package;
   return std::nullopt;

@@ -11,6 +11,8 @@
 namespace crossmod::harness {
 
 enum class Placement { spread, smt, cross_package };
+inline constexpr Placement kAllPlacements[] = {Placement::spread, Placement::smt,
+                                               Placement::cross_package};
 const char* to_string(Placement p);
 // Throws std::invalid_argument with a clear message for an unknown name.
 Placement parse_placement(const std::string& name);
