@@ -155,16 +155,7 @@ void run_calibrate(const CalibrateArgs& a) {
   const std::string& json_path = paths.json;
   const std::string stamp = std::filesystem::path(csv_path).stem().string().substr(6);
   const std::string calib_json = fmt::format("{}/calibrate-{}.json", out_dir, stamp);
-  ctx.run_kind = "calibrate";
-  ctx.config_key = cfg.config_key();
-  ctx.config_json = cfg.to_json();
-  ctx.preset = a.config.empty() ? a.preset : a.config;
-  ctx.results_csv = std::filesystem::path(csv_path).filename().string();
-  ctx.git_sha = git_sha();
-  ctx.compiler = compiler_version();
-  ctx.command = command_line();
-  ctx.machine_json = sweep_machine_json(topo);
-  ctx.warnings = warnings;
+  describe_run(&ctx, "calibrate", cfg, a.config.empty() ? a.preset : a.config, csv_path, topo, warnings);
   ResultsWriter writer(csv_path, resume_csv.has_value());
   write_file_atomic(json_path, ctx.render());
   for (const auto& w : warnings) fmt::print(stderr, "calibrate: warning: {}\n", w);

@@ -12,6 +12,7 @@
 
 #include "commands.hpp"
 #include "crossmod/machine.hpp"
+#include "preset.hpp"
 #include "results_io.hpp"
 #include "sysinfo.hpp"
 
@@ -177,6 +178,21 @@ ResultPaths choose_result_paths(const std::string& out_dir, const std::string& r
   p.json = p.csv.substr(0, p.csv.size() - 4) + ".json";
   ctx->started_utc = utc_iso8601();
   return p;
+}
+
+void describe_run(SweepContext* ctx, const std::string& run_kind, const SweepConfig& cfg,
+                  const std::string& preset, const std::string& csv_path, const Topology& topo,
+                  const std::vector<std::string>& warnings) {
+  ctx->run_kind = run_kind;
+  ctx->config_key = cfg.config_key();
+  ctx->config_json = cfg.to_json();
+  ctx->preset = preset;
+  ctx->results_csv = std::filesystem::path(csv_path).filename().string();
+  ctx->git_sha = git_sha();
+  ctx->compiler = compiler_version();
+  ctx->command = command_line();
+  ctx->machine_json = sweep_machine_json(topo);
+  ctx->warnings = warnings;
 }
 
 }  // namespace crossmod::harness

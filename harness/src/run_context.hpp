@@ -9,6 +9,10 @@
 #include "topology.hpp"
 
 namespace crossmod::harness {
+struct SweepConfig;
+}
+
+namespace crossmod::harness {
 
 std::string git_sha();          // `git rev-parse HEAD` in CROSSMOD_SOURCE_DIR, or "unknown"
 std::string compiler_version(); // __VERSION__
@@ -55,6 +59,12 @@ struct ResultPaths {
 };
 ResultPaths choose_result_paths(const std::string& out_dir, const std::string& resume_csv,
                                 SweepContext* ctx);
+
+// The fields every run's context shares: run kind, resolved config and its key, preset,
+// results file name, git sha, compiler, command line, machine context and warnings.
+void describe_run(SweepContext* ctx, const std::string& run_kind, const SweepConfig& cfg,
+                  const std::string& preset, const std::string& csv_path, const Topology& topo,
+                  const std::vector<std::string>& warnings);
 
 
 }  // namespace crossmod::harness

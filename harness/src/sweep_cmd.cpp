@@ -63,16 +63,7 @@ void run_sweep(const SweepArgs& a) {
   const ResultPaths paths = choose_result_paths(a.out, resume_csv.value_or(""), &ctx);
   const std::string& csv_path = paths.csv;
   const std::string& json_path = paths.json;
-  ctx.run_kind = "sweep";
-  ctx.config_key = cfg.config_key();
-  ctx.config_json = cfg.to_json();
-  ctx.preset = a.config.empty() ? a.preset : a.config;
-  ctx.results_csv = std::filesystem::path(csv_path).filename().string();
-  ctx.git_sha = git_sha();
-  ctx.compiler = compiler_version();
-  ctx.command = command_line();
-  ctx.machine_json = sweep_machine_json(topo);
-  ctx.warnings = warnings;
+  describe_run(&ctx, "sweep", cfg, a.config.empty() ? a.preset : a.config, csv_path, topo, warnings);
   ctx.cells_planned = cells.size();
   ResultsWriter writer(csv_path, resume_csv.has_value());
   write_file_atomic(json_path, ctx.render());
