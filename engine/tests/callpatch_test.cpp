@@ -180,13 +180,8 @@ TEST_P(CallPatchConcurrent, MillionTogglesUnderExecution) {
   CallSite cs;
   ASSERT_EQ(CallSite::prepare(ts.site(), ts.target(), &cs), Status::ok);
 
-  std::atomic<bool> stop{false};
-  std::atomic<int> started{0};
-  test::ExecCounts counts;
-  std::vector<std::thread> threads;
-  for (int i = 0; i < executors; ++i)
-    threads.emplace_back(test::executor_loop, std::vector{ts.entry()}, &stop, &counts, &started);
-  while (started.load() < executors) std::this_thread::yield();
+  test::Executors execs(executors, {ts.entry()});
+  test::ExecCounts& counts = execs.counts;
 
   std::uint64_t failures = 0;
   std::uint64_t exposures = 0;
@@ -200,8 +195,7 @@ TEST_P(CallPatchConcurrent, MillionTogglesUnderExecution) {
       ++exposures;
     }
   }
-  stop.store(true);
-  for (auto& th : threads) th.join();
+  execs.stop();
 
   EXPECT_EQ(failures, 0u);
   EXPECT_TRUE(cs.active());  // an even number of toggles ends active

@@ -104,6 +104,34 @@ inline void executor_loop(std::vector<TestSite::EntryFn> fns, const std::atomic<
   }
 }
 
+// `n` executor threads running `fns` from construction until stop() or destruction. The
+// destructor stops and joins them, so a failing ASSERT in a test body reports a failure
+// instead of destroying joinable threads (std::terminate). Declare it after the sites it
+// runs, so it is destroyed first.
+class Executors {
+ public:
+  Executors(int n, std::vector<TestSite::EntryFn> fns) {
+    for (int i = 0; i < n; ++i) threads_.emplace_back(executor_loop, fns, &stop_, &counts, &started_);
+    while (started_.load() < n) std::this_thread::yield();
+  }
+  ~Executors() { stop(); }
+  Executors(const Executors&) = delete;
+  Executors& operator=(const Executors&) = delete;
+
+  void stop() {
+    stop_.store(true);
+    for (auto& t : threads_)
+      if (t.joinable()) t.join();
+  }
+
+  ExecCounts counts;
+
+ private:
+  std::atomic<bool> stop_{false};
+  std::atomic<int> started_{0};
+  std::vector<std::thread> threads_;
+};
+
 // Blocks until some executor has returned `result` (0 or 1) at least once more than now.
 // The patcher calls it while the site is held in the matching state, which makes "both
 // states executed" deterministic even on a loaded machine where an executor may be

@@ -211,13 +211,8 @@ TEST_P(WordPatchConcurrent, TogglesUnderExecution) {
   ASSERT_EQ(wp.init_status(), Status::ok);
   const trap::Stats before = trap::stats();
 
-  std::atomic<bool> stop{false};
-  std::atomic<int> started{0};
-  test::ExecCounts counts;
-  std::vector<std::thread> threads;
-  for (int i = 0; i < executors; ++i)
-    threads.emplace_back(test::executor_loop, std::vector{ts.entry()}, &stop, &counts, &started);
-  while (started.load() < executors) std::this_thread::yield();
+  test::Executors execs(executors, {ts.entry()});
+  test::ExecCounts& counts = execs.counts;
 
   std::uint64_t failures = 0;
   for (std::uint64_t t = 0; t < toggles; ++t) {
@@ -227,8 +222,7 @@ TEST_P(WordPatchConcurrent, TogglesUnderExecution) {
       ASSERT_TRUE(test::await_execution(counts, to_b ? 0 : 1));
     }
   }
-  stop.store(true);
-  for (auto& th : threads) th.join();
+  execs.stop();
   const trap::Stats after = trap::stats();
 
   EXPECT_EQ(failures, 0u);
@@ -268,12 +262,8 @@ INSTANTIATE_TEST_SUITE_P(
 // Two patchers on disjoint sites at once, one executor running both sites.
 TEST(WordPatchConcurrent, DisjointSitesTwoPatchers) {
   TestSite s2(2, x86::kNop5Prefixed), s3(3, x86::kNop5Prefixed);
-  std::atomic<bool> stop{false};
-  std::atomic<int> started{0};
-  test::ExecCounts counts;
-  std::thread exec(test::executor_loop, std::vector{s2.entry(), s3.entry()}, &stop, &counts,
-                   &started);
-  while (started.load() < 1) std::this_thread::yield();
+  test::Executors execs(1, {s2.entry(), s3.entry()});
+  test::ExecCounts& counts = execs.counts;
   const trap::Stats before = trap::stats();
   std::atomic<std::uint64_t> failures{0};
   auto patcher = [&failures](TestSite* ts) {
@@ -284,8 +274,7 @@ TEST(WordPatchConcurrent, DisjointSitesTwoPatchers) {
   std::thread p2(patcher, &s2), p3(patcher, &s3);
   p2.join();
   p3.join();
-  stop.store(true);
-  exec.join();
+  execs.stop();
   EXPECT_EQ(failures.load(), 0u);
   EXPECT_EQ(s2.current(), s2.state_a());
   EXPECT_EQ(s3.current(), s3.state_a());
@@ -302,11 +291,8 @@ TEST(WordPatchConcurrent, AsyncBatchesUnderExecution) {
     sites.push_back(std::make_unique<TestSite>(s, x86::kNop5Prefixed));
     fns.push_back(sites.back()->entry());
   }
-  std::atomic<bool> stop{false};
-  std::atomic<int> started{0};
-  test::ExecCounts counts;
-  std::thread exec(test::executor_loop, fns, &stop, &counts, &started);
-  while (started.load() < 1) std::this_thread::yield();
+  test::Executors execs(1, fns);
+  test::ExecCounts& counts = execs.counts;
   WordPatcher wp(WaitPolicy::Ticks(kGenerousWait));
   std::vector<PatchHandle> hs(sites.size());
   for (int round = 0; round < 2'000; ++round) {
@@ -317,8 +303,7 @@ TEST(WordPatchConcurrent, AsyncBatchesUnderExecution) {
     }
     ASSERT_EQ(wp.finish_patches(hs), Status::ok);
   }
-  stop.store(true);
-  exec.join();
+  execs.stop();
   for (const auto& ts : sites) EXPECT_EQ(ts->current(), ts->state_a());
   EXPECT_EQ(counts.ran[2].load(), 0u);
 }
