@@ -25,12 +25,12 @@ namespace {
 struct ExecThread {
   sigjmp_buf env;
   Counters* counters = nullptr;
-  // toggle_seq when the current call of the site began. Read per call rather than in the
-  // handler because a fault can take longer to deliver than a toggle lasts (observed:
-  // #UD costs ~18k ticks under KVM, which intercepts it), and the executor must not then
-  // skip the toggle that followed.
-  volatile std::uint64_t loop_seq = 0;
-  volatile std::uint64_t fault_seq = 0;  // loop_seq of the last fault (set in the handler)
+  // toggle_seq as the handler read it (the toggles completed when the fault was
+  // delivered). Read in the handler, not per call: a per-call read of a line the patcher
+  // writes every toggle delays the executor exactly when the int3 lands (issue 9). The
+  // price: a fault delivered late (#UD costs ~18k ticks under KVM) may be attributed to a
+  // later toggle; it is still counted, and the executor still skips only one toggle.
+  volatile std::uint64_t fault_seq = 0;
   volatile sig_atomic_t armed = 0;       // inside the execution loop
 };
 
@@ -80,14 +80,14 @@ void on_fault(int sig, siginfo_t* si, void* ucv) {
     default: bump(c->stray_trap); break;
   }
   bump(c->faults);
-  const std::uint64_t seq = t->loop_seq;
+  const std::uint64_t seq = g_ctl->toggle_seq.load(std::memory_order_acquire);
   t->fault_seq = seq;
   if (g_first->claimed.exchange(1, std::memory_order_acq_rel) == 0) {
     g_first->signal = sig;
     g_first->si_code = si ? si->si_code : 0;
     g_first->pc = pc;
     g_first->addr = si ? reinterpret_cast<std::uintptr_t>(si->si_addr) : 0;
-    g_first->toggle = seq;
+    g_first->toggle = seq + 1;
     const volatile std::uint8_t* s = g_site;
     for (int i = 0; i < 8; ++i) g_first->bytes[i] = s[i];
     g_first->ready.store(1, std::memory_order_release);
@@ -155,8 +155,9 @@ void executor_main(const Topology* topo, int pu, const StressSite* site, Control
     }
   }
   self.armed = 1;
+  // The loop: call the site, count in this executor's own line. `stop` is on a line the
+  // patcher does not write until the end, so it stays in this core's cache.
   while (!k->stop.load(std::memory_order_relaxed)) {
-    self.loop_seq = k->toggle_seq.load(std::memory_order_relaxed);
     const int r = entry();
     // Single writer: a plain load+store is enough and avoids a locked op per call.
     c->executions.store(c->executions.load(std::memory_order_relaxed) + 1,
