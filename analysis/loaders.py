@@ -15,7 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
-SWEEP_SCHEMA_VERSION = 1
+SWEEP_SCHEMA_VERSION = 2
+SWEEP_SCHEMA_VERSIONS = (1, 2)   # version 1 files lack the machine-state columns
 BENCH_SCHEMA_VERSION = 1
 
 SWEEP_COLUMNS = (
@@ -25,17 +26,22 @@ SWEEP_COLUMNS = (
     "sigsegv", "sigbus", "stray_trap", "crash", "hang", "failures", "stopped_early",
     "low_exposure", "outcome", "duration_s", "patcher_pu", "executor_pus",
     "first_fault_pc_offset", "first_fault_bytes", "note",
+    # schema 2: the machine's state per cell; empty = unknown
+    "start_utc_ms", "steal_ms", "c2c_ticks", "round",
 )
+SWEEP_COLUMNS_V1 = SWEEP_COLUMNS[:-4]
+_OPTIONAL_COLUMNS = {"start_utc_ms", "steal_ms", "c2c_ticks", "round"}
 _INT_COLUMNS = {
     "schema_version", "cell_id", "wait_ticks", "straddle", "site_offset", "executors", "rep",
     "dwell_ticks", "toggles", "exposed_toggles", "executions", "state_a", "state_b", "traps",
     "late_traps", "sigill", "sigsegv", "sigbus", "stray_trap", "crash", "hang", "failures",
     "stopped_early", "low_exposure", "patcher_pu",
 }
-_FLOAT_COLUMNS = {"wait_ns", "duration_s"}
+_FLOAT_COLUMNS = {"wait_ns", "duration_s", "steal_ms", "c2c_ticks"}
+_INT_COLUMNS |= {"start_utc_ms", "round"}
 _FLAG_COLUMNS = {"crash", "hang", "stopped_early", "low_exposure"}
 _SIGNED_COLUMNS = {"patcher_pu"}   # -1: not pinned / unknown
-PHASES = ("grid", "search", "confirm", "control")
+PHASES = ("grid", "search", "confirm", "control", "sentinel", "soak")
 PROTOCOLS = ("wordpatch", "naive", "callpatch", "aligned", "sync-core")
 OUTCOMES = ("ok", "crash", "hang", "error", "blind")
 # Cells whose counts mean nothing (no exposure, or the harness could not run them).
@@ -156,7 +162,8 @@ def load_sweep_csv(path: Path) -> tuple[list[dict[str, Any]], int]:
         except (csv.Error, UnicodeDecodeError) as e:
             raise InputError(path, f"line 1: not CSV: {e}") from e
         header = [h.strip() for h in header]
-        if tuple(header) != SWEEP_COLUMNS:
+        columns = SWEEP_COLUMNS_V1 if tuple(header) == SWEEP_COLUMNS_V1 else SWEEP_COLUMNS
+        if tuple(header) != columns:
             missing = [c for c in SWEEP_COLUMNS if c not in header]
             extra = [c for c in header if c not in SWEEP_COLUMNS]
             if missing:
@@ -170,10 +177,13 @@ def load_sweep_csv(path: Path) -> tuple[list[dict[str, Any]], int]:
                 line = reader.line_num
                 if not fields or all(not f.strip() for f in fields):
                     continue
-                if len(fields) != len(SWEEP_COLUMNS):
+                if len(fields) != len(columns):
                     raise InputError(path, f"line {line}: {len(fields)} fields, expected "
-                                           f"{len(SWEEP_COLUMNS)}")
-                row = _type_sweep_row(path, line, dict(zip(SWEEP_COLUMNS, fields)))
+                                           f"{len(columns)}")
+                raw = dict(zip(columns, fields))
+                for col in SWEEP_COLUMNS[len(columns):]:
+                    raw[col] = ""
+                row = _type_sweep_row(path, line, raw)
                 if row["protocol"].startswith("selftest-"):
                     ignored += 1
                     continue
@@ -188,6 +198,9 @@ def load_sweep_csv(path: Path) -> tuple[list[dict[str, Any]], int]:
 def _type_sweep_row(path: Path, line: int, raw: dict[str, str]) -> dict[str, Any]:
     row: dict[str, Any] = {}
     for col, text in raw.items():
+        if col in _OPTIONAL_COLUMNS and not text.strip():
+            row[col] = None
+            continue
         if col in _INT_COLUMNS:
             try:
                 row[col] = _parse_int(text)
@@ -202,9 +215,9 @@ def _type_sweep_row(path: Path, line: int, raw: dict[str, str]) -> dict[str, Any
                 raise InputError(path, f"line {line}, column {col}: {text!r} is not a number") from None
         else:
             row[col] = text.strip()
-    if row["schema_version"] != SWEEP_SCHEMA_VERSION:
+    if row["schema_version"] not in SWEEP_SCHEMA_VERSIONS:
         raise InputError(path, f"line {line}, column schema_version: {row['schema_version']} "
-                               f"(this analysis reads version {SWEEP_SCHEMA_VERSION})")
+                               f"(this analysis reads versions 1 and {SWEEP_SCHEMA_VERSION})")
     for col in _FLAG_COLUMNS:
         if row[col] not in (0, 1):
             raise InputError(path, f"line {line}, column {col}: {row[col]} is not 0 or 1")
@@ -250,8 +263,8 @@ def load_json(path: Path, what: str) -> dict[str, Any]:
 def load_sweep_context(path: Path) -> dict[str, Any]:
     ctx = load_json(path, "sweep context")
     version = ctx.get("schema_version")
-    if version is not None and version != SWEEP_SCHEMA_VERSION:
-        raise InputError(path, f"schema_version {version!r} (this analysis reads version "
+    if version is not None and version not in SWEEP_SCHEMA_VERSIONS:
+        raise InputError(path, f"schema_version {version!r} (this analysis reads versions 1 and "
                                f"{SWEEP_SCHEMA_VERSION})")
     kind = ctx.get("kind")
     if kind is not None and kind != "crossmod-sweep-context":

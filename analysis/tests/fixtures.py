@@ -46,7 +46,7 @@ def _binomial(rng: random.Random, n: int, p: float) -> int:
 
 def _row(cell_id: int, **kw) -> dict:
     row = {c: "" for c in SWEEP_COLUMNS}
-    row.update(schema_version=1, cell_id=cell_id, site_offset=0, rep=0, dwell_ticks=20000,
+    row.update(schema_version=2, cell_id=cell_id, site_offset=0, rep=0, dwell_ticks=20000,
                state_a=0, state_b=0, traps=0, sigill=0, late_traps=0, sigsegv=0, sigbus=0, stray_trap=0,
                crash=0, hang=0, stopped_early=0, low_exposure=0, outcome="ok",
                patcher_pu=0, executor_pus="1", first_fault_pc_offset="",

@@ -45,11 +45,29 @@ def test_columns_out_of_order(tmp_path):
 
 def test_wrong_schema_version(tmp_path):
     rows = make_sweep_rows(INTEL)[:3]
-    rows[2]["schema_version"] = 2
+    rows[2]["schema_version"] = 3
     path = _sweep_file(tmp_path, rows)
     with pytest.raises(InputError) as e:
         loaders.load_sweep(path)
     assert path.name in str(e.value) and "line 4" in str(e.value) and "schema_version" in str(e.value)
+
+
+def test_version_1_files_still_load(tmp_path):
+    rows = make_sweep_rows(INTEL)[:6]
+    for r in rows:
+        r["schema_version"] = 1
+    path = _sweep_file(tmp_path, rows, columns=loaders.SWEEP_COLUMNS_V1)
+    sweep = loaders.load_sweep(path)
+    assert len(sweep.rows) == 6
+    assert all(r["round"] is None and r["c2c_ticks"] is None for r in sweep.rows)
+
+
+def test_version_2_machine_state_columns_are_typed(tmp_path):
+    rows = make_sweep_rows(INTEL)[:2]
+    rows[0].update(start_utc_ms=1795000000123, steal_ms=20, c2c_ticks=338, round=4)
+    sweep = loaders.load_sweep(_sweep_file(tmp_path, rows))
+    assert sweep.rows[0]["start_utc_ms"] == 1795000000123 and sweep.rows[0]["round"] == 4
+    assert sweep.rows[0]["c2c_ticks"] == 338.0 and sweep.rows[1]["steal_ms"] is None
 
 
 def test_non_numeric_field_names_line_and_column(tmp_path):
@@ -81,7 +99,7 @@ def test_short_row_and_empty_file(tmp_path):
     path = _sweep_file(tmp_path)
     with path.open("a") as f:
         f.write("1,99,grid,wordpatch\n")
-    with pytest.raises(InputError, match="fields, expected 35"):
+    with pytest.raises(InputError, match="fields, expected 39"):
         loaders.load_sweep(path)
     path.write_text("")
     with pytest.raises(InputError, match="empty file"):

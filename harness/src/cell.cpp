@@ -30,6 +30,7 @@
 #include "crossmod/trap.hpp"
 #include "crossmod/wordpatch.hpp"
 #include "crossmod/x86.hpp"
+#include "c2c.hpp"
 #include "executor.hpp"
 #include "site.hpp"
 
@@ -415,6 +416,31 @@ class Child {
 
 // ---- parent ----------------------------------------------------------------------------
 
+// Steal time of the given PUs from /proc/stat (field 8 of each cpuN line, in USER_HZ
+// ticks), summed; -1 when unreadable. Host steal is how a KVM guest sees its vCPUs
+// descheduled, one of the states that come and go with tearing bursts.
+double steal_ms(const std::vector<int>& pus) {
+  std::FILE* f = std::fopen("/proc/stat", "r");
+  if (!f) return -1;
+  const long hz = sysconf(_SC_CLK_TCK);
+  double total = 0;
+  unsigned found = 0;
+  char line[512];
+  while (std::fgets(line, sizeof line, f)) {
+    int cpu = -1;
+    unsigned long long v[8] = {};
+    if (std::sscanf(line, "cpu%d %llu %llu %llu %llu %llu %llu %llu %llu", &cpu, &v[0], &v[1], &v[2],
+                    &v[3], &v[4], &v[5], &v[6], &v[7]) != 9) {
+      continue;
+    }
+    if (std::find(pus.begin(), pus.end(), cpu) == pus.end()) continue;
+    total += static_cast<double>(v[7]) * 1000.0 / static_cast<double>(hz > 0 ? hz : 100);
+    ++found;
+  }
+  std::fclose(f);
+  return found ? total : -1;
+}
+
 const Topology& fallback_topology() {
   static Topology t = Topology::load();
   return t;
@@ -434,7 +460,7 @@ std::string describe_first_fault(const exec::FirstFault& f, std::uint64_t site) 
 CellResult run_cell(const CellSpec& spec, const RunContext& ctx) {
   CellResult r;
   r.spec = spec;
-  const auto t_start = std::chrono::steady_clock::now();
+  auto t_start = std::chrono::steady_clock::now();
   auto elapsed = [&] {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count();
   };
@@ -464,6 +490,21 @@ CellResult run_cell(const CellSpec& spec, const RunContext& ctx) {
     r.note = "a cell needs at least one executor";
     return r;
   }
+
+  // The machine's state, before the child exists: a short c2c sample between the
+  // patcher's and the first executor's PU (a few hundred microseconds), and steal so far.
+  if (spec.sample_c2c && !asg.executor_pus.empty() && asg.executor_pus[0] != asg.patcher_pu) {
+    const C2cLatency c = measure_c2c(*topo, asg.patcher_pu, asg.executor_pus[0], 1000);
+    if (c.ok) r.c2c_ticks = c.one_way_ticks;
+  }
+  std::vector<int> cell_pus = asg.executor_pus;
+  cell_pus.push_back(asg.patcher_pu);
+  const double steal0 = steal_ms(cell_pus);
+  t_start = std::chrono::steady_clock::now();  // duration_s and the watchdog: the cell only
+  r.start_utc_ms = static_cast<std::uint64_t>(
+      std::chrono::duration_cast<std::chrono::milliseconds>(
+          std::chrono::system_clock::now().time_since_epoch())
+          .count());
 
   const std::size_t bytes = sizeof(Shared) + spec.executors * sizeof(exec::Counters);
   void* mem = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
@@ -507,6 +548,9 @@ CellResult run_cell(const CellSpec& spec, const RunContext& ctx) {
     nanosleep(&ts, nullptr);
   }
   r.duration_s = elapsed();
+  if (const double steal1 = steal_ms(cell_pus); steal0 >= 0 && steal1 >= steal0) {
+    r.steal_ms = steal1 - steal0;
+  }
 
   // Counters survive whatever happened to the child.
   r.dwell_ticks = sh->dwell.load();

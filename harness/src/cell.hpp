@@ -46,7 +46,9 @@ struct CellSpec {
   std::uint64_t dwell_ticks = 0;        // 0 = auto
   double watchdog_s = 30;               // per cell, wall clock
   std::uint64_t max_failures = 100;     // stop early after this many failing toggles
-  std::string phase = "grid";           // grid | search | confirm | control
+  std::string phase = "grid";           // grid | search | confirm | control | sentinel | soak
+  std::int64_t round = -1;              // interleaved round, -1 when the run has none
+  bool sample_c2c = true;               // measure c2c between patcher and executor first
 };
 
 // low_exposure is set when exposed_toggles < kLowExposureThreshold * toggles: fewer than
@@ -76,6 +78,11 @@ struct CellResult {
   std::uint64_t first_fault_pc_offset = 0;  // fault pc - site address
   std::string first_fault_bytes;            // site bytes at the first fault, hex
   unsigned site_line_offset = 0;            // site address mod line size
+  // The machine's state around the cell (schema 2): bursts of tearing come and go with
+  // host placement and steal, so every row carries them.
+  std::uint64_t start_utc_ms = 0;           // Unix time in ms at the cell's start
+  double steal_ms = -1;                     // steal of the cell's PUs, -1 if unknown
+  double c2c_ticks = -1;                    // c2c one-way sample before the cell, -1 if none
 };
 
 struct RunContext {

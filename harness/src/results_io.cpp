@@ -27,8 +27,20 @@ constexpr const char* kColumns[] = {
     "exposed_toggles", "executions", "state_a", "state_b", "traps", "late_traps", "sigill",
     "sigsegv", "sigbus", "stray_trap", "crash", "hang", "failures", "stopped_early",
     "low_exposure", "outcome", "duration_s", "patcher_pu", "executor_pus",
-    "first_fault_pc_offset", "first_fault_bytes", "note"};
+    "first_fault_pc_offset", "first_fault_bytes", "note",
+    // Schema 2: the machine's state per cell (issue 9: tears come in bursts).
+    "start_utc_ms", "steal_ms", "c2c_ticks", "round"};
 constexpr std::size_t kNumColumns = sizeof(kColumns) / sizeof(kColumns[0]);
+constexpr std::size_t kNumColumnsV1 = kNumColumns - 4;
+
+std::string header_of(std::size_t n) {
+  std::string h;
+  for (std::size_t i = 0; i < n; ++i) {
+    if (i) h += ',';
+    h += kColumns[i];
+  }
+  return h;
+}
 
 std::string csv_quote(std::string_view s) {
   std::string out = "\"";
@@ -129,14 +141,12 @@ void write_all(int fd, const std::string& s, const std::string& path) {
 }  // namespace
 
 const std::string& results_csv_header() {
-  static const std::string header = [] {
-    std::string h;
-    for (std::size_t i = 0; i < kNumColumns; ++i) {
-      if (i) h += ',';
-      h += kColumns[i];
-    }
-    return h;
-  }();
+  static const std::string header = header_of(kNumColumns);
+  return header;
+}
+
+const std::string& results_csv_header_v1() {
+  static const std::string header = header_of(kNumColumnsV1);
   return header;
 }
 
@@ -212,6 +222,10 @@ ResultRow row_from_result(const CellResult& r, std::uint64_t cell_id, double tsc
   if (faulted) row.first_fault_pc_offset = static_cast<std::int64_t>(r.first_fault_pc_offset);
   row.first_fault_bytes = r.first_fault_bytes;
   row.note = r.note;
+  row.start_utc_ms = r.start_utc_ms;
+  row.steal_ms = r.steal_ms;
+  row.c2c_ticks = r.c2c_ticks;
+  row.round = r.spec.round;
   return row;
 }
 
@@ -223,21 +237,28 @@ std::string format_csv_row(const ResultRow& r) {
   }
   return fmt::format(
       "{},{},{},{},{},{:.1f},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},"
-      "{},{:.3f},{},{},{},{},{}",
-      r.schema_version, r.cell_id, r.phase, r.protocol, r.wait_ticks, r.wait_ns, r.straddle,
+      "{},{:.3f},{},{},{},{},{},{},{},{},{}",
+      kResultsSchemaVersion, r.cell_id, r.phase, r.protocol, r.wait_ticks, r.wait_ns, r.straddle,
       r.site_offset, r.executors, r.placement, r.rep, r.dwell_ticks, r.toggles,
       r.exposed_toggles, r.executions, r.state_a, r.state_b, r.traps, r.late_traps, r.sigill,
       r.sigsegv, r.sigbus, r.stray_trap, r.crash ? 1 : 0, r.hang ? 1 : 0, r.failures,
       r.stopped_early ? 1 : 0, r.low_exposure ? 1 : 0, r.outcome, r.duration_s, r.patcher_pu,
       pus, r.first_fault_pc_offset ? std::to_string(*r.first_fault_pc_offset) : std::string(),
-      csv_quote(r.first_fault_bytes), csv_quote(r.note));
+      csv_quote(r.first_fault_bytes), csv_quote(r.note),
+      r.start_utc_ms ? std::to_string(r.start_utc_ms) : std::string(),
+      r.steal_ms >= 0 ? fmt::format("{:.0f}", r.steal_ms) : std::string(),
+      r.c2c_ticks >= 0 ? fmt::format("{:.0f}", r.c2c_ticks) : std::string(),
+      r.round >= 0 ? std::to_string(r.round) : std::string());
 }
 
 ResultRow parse_csv_row(const std::string& line) {
   const auto f = split_csv(line);
-  if (f.size() != kNumColumns) {
-    throw std::runtime_error(
-        fmt::format("expected {} columns, found {}", kNumColumns, f.size()));
+  // Version 1 rows (which end at `note`) are read as they are; the machine-state
+  // columns then stay unknown.
+  const bool v1 = !f.empty() && f[0] == "1";
+  const std::size_t want = v1 ? kNumColumnsV1 : kNumColumns;
+  if (f.size() != want) {
+    throw std::runtime_error(fmt::format("expected {} columns, found {}", want, f.size()));
   }
   ResultRow r;
   std::size_t i = 0;
@@ -247,8 +268,8 @@ ResultRow parse_csv_row(const std::string& line) {
   auto uns = [&]() { const auto& s = next(); return to_unsigned(s, col()); };
   auto b01 = [&]() { const auto& s = next(); return to_bool01(s, col()); };
   r.schema_version = static_cast<int>(uns());
-  if (r.schema_version != kResultsSchemaVersion) {
-    throw std::runtime_error(fmt::format("schema_version {} is not {}", r.schema_version,
+  if (r.schema_version != 1 && r.schema_version != kResultsSchemaVersion) {
+    throw std::runtime_error(fmt::format("schema_version {} is not 1 or {}", r.schema_version,
                                          kResultsSchemaVersion));
   }
   r.cell_id = u64();
@@ -296,6 +317,23 @@ ResultRow parse_csv_row(const std::string& line) {
   }
   r.first_fault_bytes = next();
   r.note = next();
+  if (v1) return r;
+  {
+    const auto& s = next();
+    if (!s.empty()) r.start_utc_ms = to_u64(s, col());
+  }
+  {
+    const auto& s = next();
+    if (!s.empty()) r.steal_ms = to_double(s, col());
+  }
+  {
+    const auto& s = next();
+    if (!s.empty()) r.c2c_ticks = to_double(s, col());
+  }
+  {
+    const auto& s = next();
+    if (!s.empty()) r.round = to_i64(s, col());
+  }
   return r;
 }
 
@@ -311,7 +349,7 @@ std::vector<ResultRow> read_results_csv(const std::string& path) {
     pos = nl + 1;
     ++lineno;
     if (lineno == 1) {
-      if (line != results_csv_header()) {
+      if (line != results_csv_header() && line != results_csv_header_v1()) {
         throw std::runtime_error(fmt::format("{}:1: not a crossmod results file (header differs)", path));
       }
       continue;
@@ -342,8 +380,12 @@ std::string resume_key(const CellSpec& s) {
 ResultsWriter::ResultsWriter(const std::string& path, bool append_existing) : path_(path) {
   if (append_existing) {
     // Validates the file and continues its numbering; a torn tail is cut off so the
-    // next row starts on its own line.
+    // next row starts on its own line. Rows of another schema are not mixed in.
     const auto rows = read_results_csv(path);
+    if (read_file(path).rfind(results_csv_header() + "\n", 0) != 0) {
+      throw std::runtime_error(fmt::format(
+          "{}: written by an older crossmod (results schema 1); cannot append to it", path));
+    }
     for (const auto& r : rows) next_id_ = std::max(next_id_, r.cell_id + 1);
     const std::string text = read_file(path);
     const std::size_t keep = text.rfind('\n') + 1;

@@ -3,11 +3,13 @@
 // --resume and for Tmax derivation.
 // Thread safety: not thread-safe (one writer per file); not async-signal-safe.
 //
-// CSV schema, version 1 (sweep-<stamp>.csv). One header line, then one row per finished
+// CSV schema, version 2 (sweep-<stamp>.csv); readers also read version 1 files, whose
+// rows end at `note` (the four machine-state columns are then unknown). One header line, then one row per finished
 // cell; rows are only ever written whole. Columns, in this order:
 //   schema_version        1
 //   cell_id               1-based sequence number of the row in this file
-//   phase                 grid (sweep) | control | search | confirm (calibrate)
+//   phase                 grid (sweep) | control | search | confirm | sentinel (calibrate,
+//                         soak) | soak
 //   protocol              wordpatch | naive | callpatch | aligned | sync-core
 //                         (selftest-hang | selftest-crash | selftest-torn: tests only)
 //   wait_ticks            W, TSC ticks injected between protocol steps
@@ -35,6 +37,15 @@
 //   first_fault_pc_offset fault pc - site address (signed); empty when no fault
 //   first_fault_bytes     quoted; site bytes at the first fault, hex
 //   note                  quoted; reason for crash/hang/error/blind, fault detail
+//   start_utc_ms          (v2) cell start, Unix time in ms
+//   steal_ms              (v2) steal time of the patcher's and executors' PUs during the
+//                         cell, summed over those PUs, from /proc/stat (10 ms resolution);
+//                         empty when unknown
+//   c2c_ticks             (v2) core-to-core one-way line transfer between the patcher's
+//                         and the first executor's PU, median of a short sample taken just
+//                         before the cell; empty when unknown
+//   round                 (v2) the interleaved round the cell belongs to (calibrate, soak,
+//                         sweep --rounds); empty when the run has no rounds
 //
 // Context JSON (sweep-<stamp>.json beside the CSV, written before the first cell and
 // rewritten at the end): schema_version 1, kind "crossmod-sweep-context", run_kind
@@ -57,10 +68,11 @@
 
 namespace crossmod::harness {
 
-inline constexpr int kResultsSchemaVersion = 1;
+inline constexpr int kResultsSchemaVersion = 2;
 
-// The CSV header line (without newline).
+// The CSV header line (without newline), and the one of version 1 files.
 const std::string& results_csv_header();
+const std::string& results_csv_header_v1();
 
 // One CSV row in typed form. Every analysis inside the harness (stats, Tmax) works on
 // rows, so a resumed file and a live run are treated alike.
@@ -90,6 +102,11 @@ struct ResultRow {
   std::optional<std::int64_t> first_fault_pc_offset;
   std::string first_fault_bytes;
   std::string note;
+  // Schema 2; unknown (v1 rows, or not measured) as 0 / -1 / -1 / -1.
+  std::uint64_t start_utc_ms = 0;
+  double steal_ms = -1;
+  double c2c_ticks = -1;
+  std::int64_t round = -1;
 
   // True when this row counts as a failure for Tmax: a fault, a crash or a hang.
   bool failed() const { return failures > 0 || crash || hang; }

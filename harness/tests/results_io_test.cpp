@@ -55,7 +55,57 @@ TEST(ResultsIo, HeaderHasTheSchemaColumnsInOrder) {
             "executors,placement,rep,dwell_ticks,toggles,exposed_toggles,executions,state_a,"
             "state_b,traps,late_traps,sigill,sigsegv,sigbus,stray_trap,crash,hang,failures,"
             "stopped_early,low_exposure,outcome,duration_s,patcher_pu,executor_pus,"
-            "first_fault_pc_offset,first_fault_bytes,note");
+            "first_fault_pc_offset,first_fault_bytes,note,start_utc_ms,steal_ms,c2c_ticks,round");
+  // Version 1 is the same list without the four machine-state columns.
+  EXPECT_EQ(results_csv_header_v1() + ",start_utc_ms,steal_ms,c2c_ticks,round",
+            results_csv_header());
+}
+
+TEST(ResultsIo, MachineStateColumnsRoundTripAndVersion1FilesStillRead) {
+  const std::string dir = temp_dir();
+  CellResult cr = sample_result();
+  cr.start_utc_ms = 1795000000123ULL;
+  cr.steal_ms = 20;
+  cr.c2c_ticks = 338;
+  cr.spec.round = 7;
+  ResultRow a = row_from_result(cr, 0, 2.6e9);
+  ResultRow unknown = row_from_result(sample_result(), 0, 2.6e9);  // nothing measured
+  const std::string path = dir + "/sweep-v2.csv";
+  {
+    ResultsWriter w(path, false);
+    w.append(a);
+    w.append(unknown);
+  }
+  const auto rows = read_results_csv(path);
+  ASSERT_EQ(rows.size(), 2u);
+  EXPECT_EQ(rows[0].schema_version, 2);
+  EXPECT_EQ(rows[0].start_utc_ms, 1795000000123ULL);
+  EXPECT_DOUBLE_EQ(rows[0].steal_ms, 20);
+  EXPECT_DOUBLE_EQ(rows[0].c2c_ticks, 338);
+  EXPECT_EQ(rows[0].round, 7);
+  EXPECT_EQ(rows[1].start_utc_ms, 0u);
+  EXPECT_LT(rows[1].steal_ms, 0);
+  EXPECT_LT(rows[1].c2c_ticks, 0);
+  EXPECT_EQ(rows[1].round, -1);
+
+  // A version 1 file (header and rows end at `note`) reads with unknown machine state,
+  // and is never appended to with version 2 rows.
+  const std::string v1 = dir + "/sweep-v1.csv";
+  {
+    std::string line = format_csv_row(a);
+    for (int i = 0; i < 4; ++i) line.erase(line.rfind(','));
+    line.replace(0, 1, "1");
+    std::ofstream(v1) << results_csv_header_v1() << "\n" << line << "\n";
+  }
+  const auto old = read_results_csv(v1);
+  ASSERT_EQ(old.size(), 1u);
+  EXPECT_EQ(old[0].schema_version, 1);
+  EXPECT_EQ(old[0].protocol, "sync-core");
+  EXPECT_EQ(old[0].note, rows[0].note);
+  EXPECT_EQ(old[0].round, -1);
+  EXPECT_LT(old[0].c2c_ticks, 0);
+  EXPECT_THROW(ResultsWriter(v1, true), std::runtime_error);
+  std::filesystem::remove_all(dir);
 }
 
 TEST(ResultsIo, RowFromResultEnforcesInvariants) {

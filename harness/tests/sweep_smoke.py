@@ -20,7 +20,8 @@ COLUMNS = ("schema_version,cell_id,phase,protocol,wait_ticks,wait_ns,straddle,si
            "executors,placement,rep,dwell_ticks,toggles,exposed_toggles,executions,state_a,"
            "state_b,traps,late_traps,sigill,sigsegv,sigbus,stray_trap,crash,hang,failures,"
            "stopped_early,low_exposure,outcome,duration_s,patcher_pu,executor_pus,"
-           "first_fault_pc_offset,first_fault_bytes,note").split(",")
+           "first_fault_pc_offset,first_fault_bytes,note,start_utc_ms,steal_ms,c2c_ticks,"
+           "round").split(",")
 INTS = {"schema_version", "cell_id", "wait_ticks", "straddle", "site_offset", "executors", "rep",
         "dwell_ticks", "toggles", "exposed_toggles", "executions", "state_a", "state_b", "traps",
         "late_traps", "sigill", "sigsegv", "sigbus", "stray_trap", "crash", "hang", "failures",
@@ -66,7 +67,8 @@ def read_sweep(out):
             d[c] = float(d[c])
         for c in FLAGS:
             check(d[c] in (0, 1), f"line {i}: {c}={d[c]}")
-        check(d["schema_version"] == 1, f"line {i}: schema_version")
+        check(d["schema_version"] == 2, f"line {i}: schema_version")
+        check(int(d["start_utc_ms"]) > 1.7e12, f"line {i}: start_utc_ms {d['start_utc_ms']}")
         check(d["exposed_toggles"] <= d["toggles"], f"line {i}: exposed > toggles")
         if d["crash"] or d["hang"]:
             check(d["failures"] >= 1, f"line {i}: crash/hang with failures 0")
