@@ -1,14 +1,12 @@
-// Adaptive calibration: controls, ladder + bisection for the wordpatch boundary, then a
-// confirmation budget at and above it. All decisions are made from result rows, so a
-// resumed run replays the same decisions from its file.
+// Calibration in interleaved rounds (see calibrate.hpp). All decisions are made from
+// result rows, so a resumed run replays the same decisions from its file.
 // Thread safety: not thread-safe; not async-signal-safe.
 #include "calibrate.hpp"
 
 #include <algorithm>
-#include <filesystem>
-
-#include <algorithm>
 #include <cmath>
+#include <filesystem>
+#include <random>
 #include <set>
 
 #include <fmt/format.h>
@@ -193,18 +191,6 @@ double ns_1dp(std::uint64_t ticks, double hz) {
 
 std::uint64_t round_up(std::uint64_t v, std::uint64_t m) { return (v + m - 1) / m * m; }
 
-std::vector<std::uint64_t> plan_confirm_waits(std::uint64_t base, const CalibrateParams& k) {
-  std::vector<std::uint64_t> waits;
-  for (std::size_t i = 0; i < k.confirm_multipliers.size(); ++i) {
-    const double scaled = std::ceil(static_cast<double>(base) * k.confirm_multipliers[i]);
-    std::uint64_t w = std::max(static_cast<std::uint64_t>(scaled), base + i * 2 * k.resolution_ticks);
-    if (i > 0) w = round_up(w, k.resolution_ticks);
-    if (!waits.empty() && w <= waits.back()) w = waits.back() + k.resolution_ticks;
-    waits.push_back(w);
-  }
-  return waits;
-}
-
 }  // namespace
 
 std::string render_tmax_toml(const TmaxFileInputs& in, const TmaxDerivation& d,
@@ -212,10 +198,15 @@ std::string render_tmax_toml(const TmaxFileInputs& in, const TmaxDerivation& d,
   std::string t;
   t += fmt::format("# Calibrated Tmax for this machine, written by `crossmod calibrate` on {}.\n", in.date);
   t += "# Rerun calibrate rather than editing. Loaded by crossmod::load_tmax_config_auto().\n";
-  t += "# Evidence: 0 failures in the exposed toggles below at every tested W >= observed_ticks;\n";
-  t += "# failure_bound_95 is the one-sided 95% upper bound on the failure probability per\n";
-  t += "# exposed toggle, 1 - 0.05^(1/n): observed on this machine, not guaranteed.\n";
-  t += "schema_version = 1\n\n[machine]\n";
+  t += "# verdict: bounded | not-established | unbounded. The engine refuses a Tmax whose verdict\n";
+  t += "# is not `bounded` unless its caller opts in. Tears come in bursts: the evidence counts\n";
+  t += "# rounds (each visits every W) and the *active* ones, in which the sentinel W tore.\n";
+  t += "# active_round_bound_95 bounds the probability that an active round tears at\n";
+  t += "# observed_ticks; failure_bound_95 (1 - 0.05^(1/n) per exposed toggle) assumes\n";
+  t += "# independent toggles, which bursts contradict: read it as a lower limit of ignorance.\n";
+  t += "schema_version = 2\n";
+  t += fmt::format("verdict = {}\n", toml_string(in.verdict));
+  t += fmt::format("evidence_summary = {}\n\n[machine]\n", toml_string(in.evidence_sentence));
   t += fmt::format("slug = {}\n", toml_string(in.slug));
   t += fmt::format("vendor = {}\n", toml_string(in.vendor));
   t += fmt::format("brand = {}\n", toml_string(in.brand));
@@ -233,6 +224,9 @@ std::string render_tmax_toml(const TmaxFileInputs& in, const TmaxDerivation& d,
   t += fmt::format("exposed_toggles_at_or_above = {}\n", d.exposed_toggles_at_or_above);
   t += fmt::format("failures_at_or_above = {}\n", d.failures_at_or_above);
   t += fmt::format("failure_bound_95 = {}\n", toml_float(d.failure_bound_95));
+  t += fmt::format("rounds = {}\n", in.rounds);
+  t += fmt::format("active_rounds_at_observed = {}\n", in.active_rounds_at_observed);
+  t += fmt::format("active_round_bound_95 = {}\n", toml_float(in.active_round_bound));
   t += fmt::format("cells_at_or_above = {}\n", d.cells_at_or_above);
   t += fmt::format("low_exposure_cells_ignored = {}\n", d.low_exposure_cells);
   if (d.max_failing_wait) t += fmt::format("largest_failing_ticks = {}\n", *d.max_failing_wait);
@@ -252,258 +246,363 @@ std::string render_tmax_toml(const TmaxFileInputs& in, const TmaxDerivation& d,
   return t;
 }
 
+const char* to_string(Verdict v) {
+  switch (v) {
+    case Verdict::bounded: return "bounded";
+    case Verdict::not_established: return "not-established";
+    case Verdict::unbounded: return "unbounded";
+  }
+  return "?";
+}
+
+const char* verdict_phrase(Verdict v) {
+  switch (v) {
+    case Verdict::bounded: return "bounded";
+    case Verdict::not_established: return "not established";
+    case Verdict::unbounded: return "unbounded in the tested range";
+  }
+  return "?";
+}
+
+namespace {
+// Rows without a round (schema 1) get a key of their own that no real round uses.
+std::int64_t round_key(const ResultRow& r, std::size_t index) {
+  return r.round >= 0 ? r.round : -1 - static_cast<std::int64_t>(index);
+}
+}  // namespace
+
+std::set<std::int64_t> active_rounds(const std::vector<ResultRow>& rows) {
+  std::set<std::int64_t> active;
+  for (const auto& r : rows) {
+    if (r.phase == "sentinel" && r.round >= 0 && r.failed()) active.insert(r.round);
+  }
+  return active;
+}
+
+std::map<std::uint64_t, WaitRounds> wait_rounds(const std::vector<ResultRow>& rows) {
+  const std::set<std::int64_t> active = active_rounds(rows);
+  std::map<std::int64_t, std::uint64_t> sentinel_tears;  // per round
+  for (const auto& r : rows) {
+    if (r.phase == "sentinel" && r.round >= 0) sentinel_tears[r.round] += r.failures;
+  }
+  std::map<std::uint64_t, std::map<std::int64_t, WaitRounds::Round>> per;
+  std::map<std::uint64_t, std::set<std::int64_t>> evidence_rounds;
+  std::map<std::uint64_t, WaitRounds> out;
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    const ResultRow& r = rows[i];
+    if (r.protocol != "wordpatch") continue;
+    if (r.outcome == "error" || r.outcome == "blind") continue;
+    const std::int64_t key = round_key(r, i);
+    const bool act = r.round >= 0 && active.count(r.round);
+    WaitRounds& w = out[r.wait_ticks];
+    w.wait = r.wait_ticks;
+    ++w.cells;
+    if (r.low_exposure) ++w.low_exposure_cells;
+    // A failure counts even in a low-exposure cell; exposure only from trusted cells.
+    const std::uint64_t exposed = r.low_exposure ? 0 : std::max(r.exposed_toggles, r.failures);
+    w.exposed += exposed;
+    w.tears += r.failures;
+    if (act) {
+      w.active_exposed += exposed;
+      w.active_tears += r.failures;
+    }
+    auto& round = per[r.wait_ticks][key];
+    round.round = key;
+    round.active = act;
+    round.tears += r.failures;
+    round.exposed += exposed;
+    if (act && r.clean_evidence()) evidence_rounds[r.wait_ticks].insert(key);
+  }
+  for (auto& [wait, w] : out) {
+    for (const auto& [key, round] : per[wait]) {
+      w.per_round.push_back(round);
+      ++w.rounds;
+      if (round.active) ++w.active_rounds;
+      if (round.tears) ++w.tearing_rounds;
+      if (round.tears && round.active) ++w.active_tearing_rounds;
+    }
+    // Evidence of zero tears at W: active rounds in which W was measured and no cell at W
+    // tore in that round.
+    for (std::int64_t key : evidence_rounds[wait]) {
+      if (per[wait][key].tears == 0) {
+        ++w.evidence_active_rounds;
+        w.sentinel_tears += sentinel_tears[key];
+      }
+    }
+  }
+  return out;
+}
+
+std::uint64_t choose_sentinel(const std::map<std::uint64_t, WaitRounds>& by_wait,
+                              std::optional<std::uint64_t> below, std::uint64_t fallback) {
+  // A wait that tears in (nearly) every round it was measured in tears in quiet times too:
+  // as a sentinel it would call every round active. Prefer the wait that tore in the most
+  // rounds among the others (ties: the larger wait), and fall back to an always-tearing
+  // one only when nothing else tore in two rounds.
+  std::optional<std::uint64_t> best, best_always;
+  std::uint64_t best_n = 0, best_always_n = 0;
+  for (const auto& [w, r] : by_wait) {
+    if (below && w >= *below) continue;
+    if (r.tearing_rounds < 2) continue;
+    const bool always = r.rounds >= 3 && 10 * r.tearing_rounds >= 9 * r.rounds;
+    if (always) {
+      if (r.tearing_rounds >= best_always_n) best_always = w, best_always_n = r.tearing_rounds;
+    } else if (r.tearing_rounds >= best_n) {
+      best = w;
+      best_n = r.tearing_rounds;
+    }
+  }
+  if (best) return *best;
+  return best_always.value_or(fallback);
+}
+
+RoundWaits plan_round_waits(const std::vector<ResultRow>& rows, const CalibrateParams& k,
+                            unsigned round) {
+  RoundWaits out;
+  std::set<std::uint64_t> failing, clean;
+  for (const auto& r : rows) {
+    if (r.protocol != "wordpatch") continue;
+    if (r.failed()) failing.insert(r.wait_ticks);
+    else if (r.clean_evidence()) clean.insert(r.wait_ticks);
+  }
+  for (std::uint64_t w : failing) clean.erase(w);
+  if (!failing.empty()) out.largest_failing = *failing.rbegin();
+  for (std::uint64_t w : clean) {
+    if (!out.largest_failing || w > *out.largest_failing) {
+      out.boundary = w;
+      break;
+    }
+  }
+  auto round_up = [&](double v) {
+    const auto m = static_cast<std::uint64_t>(std::ceil(v / static_cast<double>(k.resolution_ticks)));
+    return m * k.resolution_ticks;
+  };
+  std::set<std::uint64_t> waits;
+  if (round < k.search_rounds || (!out.boundary && !out.largest_failing)) {
+    waits.insert(k.ladder.begin(), k.ladder.end());
+  }
+  if (!out.boundary) {
+    // Nothing clean above the failures: step up by doubling from the largest failing W.
+    std::uint64_t top = k.ladder.empty() ? 50 : std::max<std::uint64_t>(k.ladder.back(), 50);
+    if (out.largest_failing) {
+      top = std::max(top, *out.largest_failing);
+      while (top <= *out.largest_failing && top < k.max_wait_ticks) top *= 2;
+      if (top <= *out.largest_failing) {
+        out.above_range = true;
+        top = *out.largest_failing;  // keep measuring the top of the range
+      }
+    }
+    waits.insert(std::min(top, k.max_wait_ticks));
+  } else if (round >= k.search_rounds) {
+    const std::uint64_t b = *out.boundary;
+    for (double m : k.confirm_multipliers) {
+      waits.insert(std::min(k.max_wait_ticks, std::max(b, round_up(static_cast<double>(b) * m))));
+    }
+    if (out.largest_failing) {
+      // The largest failing W stays in play: it shows each burst just below the boundary
+      // and is the natural sentinel once it has torn in a few rounds.
+      waits.insert(*out.largest_failing);
+    }
+    if (out.largest_failing && b - *out.largest_failing > k.resolution_ticks) {
+      const std::uint64_t lo = *out.largest_failing;
+      std::uint64_t mid = lo + (b - lo) / 2 / k.resolution_ticks * k.resolution_ticks;
+      if (mid <= lo) mid = lo + k.resolution_ticks;
+      if (mid < b) waits.insert(mid);
+    }
+  }
+  out.waits.assign(waits.begin(), waits.end());
+  return out;
+}
+
+VerdictReport decide_verdict(const std::vector<ResultRow>& rows, const CalibrateParams& k,
+                             double round_s) {
+  VerdictReport v;
+  v.tmax = derive_tmax(rows);
+  const auto by_wait = wait_rounds(rows);
+  std::set<std::int64_t> all_rounds;
+  for (const auto& r : rows)
+    if (r.round >= 0) all_rounds.insert(r.round);
+  v.rounds = all_rounds.size();
+  v.active = active_rounds(rows).size();
+  const double active_share = v.rounds ? static_cast<double>(v.active) / static_cast<double>(v.rounds) : 0;
+  if (!v.tmax.observed_ticks) {
+    if (v.tmax.max_failing_wait) {
+      v.verdict = Verdict::unbounded;
+      v.evidence = fmt::format("wordpatch tore at every wait measured up to {} ticks", *v.tmax.max_failing_wait);
+      v.advice = "no wordpatch Tmax can be recommended on this machine: use callpatch (one line per toggle) "
+                 "or sync-core (membarrier SYNC_CORE) instead";
+    } else {
+      v.verdict = Verdict::not_established;
+      v.evidence = "no wait was measured with enough exposure";
+      v.advice = "rerun with a longer --budget on a less loaded machine";
+    }
+    return v;
+  }
+  const std::uint64_t w = *v.tmax.observed_ticks;
+  if (const auto it = by_wait.find(w); it != by_wait.end()) v.at_observed = it->second;
+  const WaitRounds& a = v.at_observed;
+  v.sentinel_tears_in_active = a.sentinel_tears;
+  const std::uint64_t ra = a.evidence_active_rounds;
+  v.active_round_bound = ra ? 1 - std::pow(0.05, 1.0 / static_cast<double>(ra)) : 1.0;
+  v.evidence = fmt::format(
+      "0 tears at W = {} in {} exposed toggles; {} of its {} rounds were active (the sentinel tore {} times in "
+      "them): an active round tears at W = {} with probability < {:.2g} (95%)",
+      w, a.exposed, ra, a.rounds, a.sentinel_tears, w, v.active_round_bound);
+  if (ra >= k.min_active_rounds) {
+    v.verdict = Verdict::bounded;
+    return v;
+  }
+  v.verdict = Verdict::not_established;
+  const double need = static_cast<double>(k.min_active_rounds - ra);
+  if (active_share > 0 && round_s > 0) {
+    const double more_s = need / active_share * round_s;
+    v.advice = fmt::format(
+        "only {} active round(s) at W = {} (need {}); at this run's share of active rounds ({:.0f}%) that takes about "
+        "{:.0f} more minutes: `crossmod soak --wait {} --for {}m`, or calibrate with a larger --budget",
+        ra, w, k.min_active_rounds, 100 * active_share, more_s / 60, w, std::ceil(more_s / 60));
+  } else {
+    v.advice = fmt::format(
+        "the sentinel never tore: the machine was not seen in its tearing state, so 0 tears at W = {} says little; "
+        "run `crossmod soak --wait {} --for 2h` or calibrate again later with a larger --budget",
+        w, w);
+  }
+  return v;
+}
+
 CalibrateOutcome run_calibration(const SweepConfig& cfg, CalibrateEnv& env) {
   CalibrateOutcome out;
   const CalibrateParams& k = cfg.calibrate;
   ToggleRateModel model(env.tsc_hz);
-  std::set<std::string> used_keys;
-  unsigned cell_no = 0;
-
   std::vector<unsigned> straddles;
-  for (unsigned s : cfg.straddles) {
+  for (unsigned s : cfg.straddles)
     if (s >= 1) straddles.push_back(s);
-  }
   if (straddles.empty()) straddles = {1, 2, 3, 4};
+  std::vector<unsigned> offsets = cfg.aligned_offsets;
+  if (offsets.empty()) offsets = {0};
   const unsigned n0 = cfg.executors.front();
   const Placement p0 = cfg.placements.front();
-  const double controls_end = k.budget_s * k.controls_fraction;
-  const double search_end = k.budget_s * (k.controls_fraction + k.search_fraction);
-  const double confirm_end = k.budget_s * (k.controls_fraction + k.search_fraction + k.confirm_fraction);
-
   auto log = [&](const std::string& s) {
     if (env.log) env.log(s);
   };
-
-  // Runs one cell sized to `slot_s`; false when interrupted.
-  auto run_one = [&](CellSpec spec, double slot_s, std::uint64_t max_failures) -> std::optional<ResultRow> {
-    spec.toggles = model.knows(spec.protocol)
-                       ? model.toggles_for(spec.protocol, spec.wait_ticks, slot_s, k.min_toggles, k.max_toggles)
-                       : std::min(k.probe_toggles,
-                                  model.toggles_for(spec.protocol, spec.wait_ticks, slot_s, k.min_toggles, k.max_toggles));
-    spec.max_failures = max_failures;
-    spec.dwell_ticks = cfg.dwell_ticks;
-    spec.watchdog_s =
-        std::max(cfg.watchdog_s, 3 * model.seconds_for(spec.protocol, spec.wait_ticks, spec.toggles) + 10);
-    while (used_keys.count(resume_key(spec))) ++spec.rep;
-    used_keys.insert(resume_key(spec));
-    ++cell_no;
-    const double before = env.elapsed_s();
-    const double left = std::max(0.0, k.budget_s - before);
-    auto row = env.run(spec, fmt::format("{} ({})", cell_no, spec.phase), left);
-    if (!row) {
-      out.interrupted = true;
-      return std::nullopt;
-    }
-    model.add(*row);
-    const double wall = env.elapsed_s() - before;
-    if (wall > row->duration_s) model.add_overhead(wall - row->duration_s);
-    out.rows.push_back(*row);
-    return row;
-  };
-  auto make = [&](Protocol p, std::uint64_t w, unsigned s, unsigned off, unsigned n, Placement pl,
-                  const char* phase) {
+  auto make = [&](Protocol p, std::uint64_t w, unsigned s, unsigned off, const char* phase, unsigned round) {
     CellSpec spec;
     spec.protocol = p;
     spec.wait_ticks = w;
     spec.straddle = s;
     spec.site_offset = off;
-    spec.executors = n;
-    spec.placement = pl;
-    spec.rep = 0;
+    spec.executors = n0;
+    spec.placement = p0;
+    spec.rep = round;  // unique resume keys: one cell per (phase, protocol, W, S) per round
+    spec.round = round;
     spec.phase = phase;
+    spec.dwell_ticks = cfg.dwell_ticks;
+    spec.max_failures = cfg.max_failures;
     return spec;
   };
-  auto slot = [&](double phase_end, std::size_t cells_left) {
-    return std::max(0.0, phase_end - env.elapsed_s()) / static_cast<double>(std::max<std::size_t>(cells_left, 1));
+  auto size = [&](CellSpec& spec) {
+    spec.toggles = model.knows(spec.protocol)
+                       ? model.toggles_for(spec.protocol, spec.wait_ticks, k.cell_s, k.min_toggles, k.max_toggles)
+                       : std::min(k.probe_toggles, model.toggles_for(spec.protocol, spec.wait_ticks, k.cell_s,
+                                                                     k.min_toggles, k.max_toggles));
+    spec.watchdog_s =
+        std::max(cfg.watchdog_s, 3 * model.seconds_for(spec.protocol, spec.wait_ticks, spec.toggles) + 10);
   };
-
-  // (1) Controls.
-  std::vector<CellSpec> controls;
-  for (unsigned s : straddles) controls.push_back(make(Protocol::naive, k.control_wait_ticks, s, 0, n0, p0, "control"));
-  for (unsigned off : cfg.aligned_offsets) controls.push_back(make(Protocol::aligned, 0, 0, off, n0, p0, "control"));
-  for (unsigned s : straddles) controls.push_back(make(Protocol::callpatch, k.control_wait_ticks, s, 0, n0, p0, "control"));
-  for (unsigned s : straddles) controls.push_back(make(Protocol::sync_core, 0, s, 0, n0, p0, "control"));
-  log(fmt::format("controls: {} cells, ~{} budget", controls.size(), format_duration(controls_end)));
-  for (std::size_t i = 0; i < controls.size(); ++i) {
-    if (!run_one(controls[i], slot(controls_end, controls.size() - i), cfg.max_failures)) return out;
-  }
-  out.controls = control_verdicts(out.rows);
-  for (const auto& v : out.controls) {
-    if (v.positive) out.positive_control_failed = v.ok;
-    if (!v.positive && !v.ok) out.negative_control_failed = true;
-  }
-  if (out.negative_control_failed) {
-    out.notes.push_back("a negative control failed; search and confirmation skipped");
-    out.tmax = derive_tmax(out.rows);
-    return out;
-  }
-
-  // (2) Search: a coarse ladder, then bisection. One failure decides a wait, so search
-  // cells stop at their first failing toggle and a failing wait skips its other S.
-  auto wait_fails = [&](std::uint64_t w, std::size_t est_cells_left) -> std::optional<bool> {
-    for (std::size_t i = 0; i < straddles.size(); ++i) {
-      auto row = run_one(make(Protocol::wordpatch, w, straddles[i], 0, n0, p0, "search"),
-                         slot(search_end, est_cells_left - std::min(i, est_cells_left - 1)), 1);
-      if (!row) return std::nullopt;
-      if (row->failed()) return true;
-    }
-    return false;
-  };
-  const std::size_t nS = straddles.size();
-  const std::size_t bisect_est = 6;
-  log(fmt::format("search: ladder {} ticks, bisect to {} ticks", fmt::join(k.ladder, ","), k.resolution_ticks));
-  bool top_failed = false;
-  for (std::size_t i = 0; i < k.ladder.size(); ++i) {
-    const auto f = wait_fails(k.ladder[i], (k.ladder.size() - i + bisect_est) * nS);
-    if (!f) return out;
-    top_failed = *f;
-  }
-  for (std::uint64_t w = std::max<std::uint64_t>(k.ladder.back() * 2, 50); top_failed && w <= k.max_wait_ticks; w *= 2) {
-    log(fmt::format("search: every ladder wait failed up to here; trying W={}", w));
-    const auto f = wait_fails(w, (bisect_est + 1) * nS);
-    if (!f) return out;
-    top_failed = *f;
-  }
-  // The search decides on "any failure at W" only: a clean low-exposure cell still points
-  // the search upward, but only confirmation cells with enough exposure become evidence
-  // (derive_tmax at the end applies the evidence rules to every row).
-  std::set<std::uint64_t> failing, clean;
-  for (const auto& r : out.rows) {
-    if (r.protocol != "wordpatch") continue;
-    (r.failed() ? failing : clean).insert(r.wait_ticks);
-  }
-  for (std::uint64_t w : failing) clean.erase(w);
-  std::optional<std::uint64_t> hi, lo;
-  if (!failing.empty()) lo = *failing.rbegin();
-  for (std::uint64_t w : clean) {
-    if (!lo || w > *lo) {
-      hi = w;
-      break;
-    }
-  }
-  if (!hi) {
-    out.notes.push_back(fmt::format("no clean wait found up to {} ticks: the boundary is above the search range",
-                                    k.max_wait_ticks));
-    out.tmax = derive_tmax(out.rows);
-    return out;
-  }
-  while (lo && *hi - *lo > k.resolution_ticks) {
-    std::uint64_t mid = *lo + (*hi - *lo) / 2 / k.resolution_ticks * k.resolution_ticks;
-    if (mid <= *lo) mid = *lo + k.resolution_ticks;
-    if (mid >= *hi) break;
-    // Out of search budget (with slack for the minimum cell size): confirm from hi.
-    if (env.elapsed_s() > search_end + 0.05 * k.budget_s) {
-      out.notes.push_back(fmt::format("search budget spent; bisection stopped between {} and {} ticks", *lo, *hi));
-      break;
-    }
-    const auto steps = static_cast<std::size_t>(
-        std::ceil(std::log2(static_cast<double>(*hi - *lo) / static_cast<double>(k.resolution_ticks))));
-    const auto f = wait_fails(mid, std::max<std::size_t>(steps, 1) * nS);
-    if (!f) return out;
-    (*f ? lo : hi) = mid;
-  }
-  log(fmt::format("search: boundary at W={} ticks (largest failing: {})", *hi,
-                  lo ? std::to_string(*lo) : std::string("none")));
-  TmaxDerivation d;
-  // Boundary decisions see earlier runs of this machine too (their failures still count).
-  auto derive_all = [&]() {
-    if (env.prior_rows.empty()) return derive_tmax(out.rows);
+  // Planning sees earlier runs of this machine: a W that tore there is not a boundary.
+  auto all_rows = [&]() {
     std::vector<ResultRow> all = env.prior_rows;
     all.insert(all.end(), out.rows.begin(), out.rows.end());
-    return derive_tmax(all);
+    return all;
   };
 
-  // (3) Confirmation at W_obs and above, over every S, executor count and placement, in
-  // rounds so that the budget is spread evenly whenever it runs out.
-  std::uint64_t base = *hi;
-  if (!env.prior_rows.empty()) {
-    const TmaxDerivation pooled = derive_all();
-    std::uint64_t pooled_base = 0;
-    if (pooled.observed_ticks) {
-      pooled_base = *pooled.observed_ticks;
-    } else if (pooled.max_failing_wait) {
-      pooled_base = round_up(2 * *pooled.max_failing_wait, k.resolution_ticks);
+  unsigned cell_no = 0;
+  std::uint64_t sentinel = k.ladder.empty() ? 0 : k.ladder.front();
+  for (unsigned round = 0;; ++round) {
+    const double start = env.elapsed_s();
+    if (start >= k.budget_s) break;
+    const std::vector<ResultRow> known = all_rows();
+    const RoundWaits plan = plan_round_waits(known, k, round);
+    if (round > 0) sentinel = choose_sentinel(wait_rounds(out.rows), plan.largest_failing.value_or(0) + 1,
+                                              sentinel);
+    std::vector<CellSpec> cells;
+    const unsigned nS = static_cast<unsigned>(straddles.size());
+    cells.push_back(make(Protocol::naive, k.control_wait_ticks, straddles[round % nS], 0, "control", round));
+    cells.push_back(make(Protocol::callpatch, k.control_wait_ticks, straddles[(round + 1) % nS], 0, "control", round));
+    cells.push_back(make(Protocol::sync_core, 0, straddles[(round + 2) % nS], 0, "control", round));
+    cells.push_back(make(Protocol::aligned, 0, 0, offsets[round % offsets.size()], "control", round));
+    cells.push_back(make(Protocol::wordpatch, sentinel, straddles[(round + 3) % nS], 0, "sentinel", round));
+    for (std::uint64_t w : plan.waits) {
+      const char* phase = plan.boundary && w >= *plan.boundary ? "confirm" : "search";
+      for (unsigned s : straddles) cells.push_back(make(Protocol::wordpatch, w, s, 0, phase, round));
     }
-    if (pooled_base > base) {
-      log(fmt::format("confirm: earlier runs of this machine put the boundary at W={} (this run: {})",
-                      pooled_base, base));
-      out.notes.push_back(fmt::format(
-          "confirmation starts at W={} ticks, the boundary implied by earlier runs of this machine "
-          "together with this one (this run's search alone: {})",
-          pooled_base, base));
-      base = pooled_base;
+    std::mt19937_64 rng(env.seed * 0x9E3779B97F4A7C15ULL + round);
+    std::shuffle(cells.begin(), cells.end(), rng);
+    if (round == 0 || round == k.search_rounds) {
+      log(fmt::format("round {}: {} cells, waits {} (sentinel W={})", round, cells.size(), fmt::join(plan.waits, ","),
+                      sentinel));
     }
-  }
-  out.confirm_waits = plan_confirm_waits(base, k);
-  bool stop_confirm = false;
-  // After max_replans moves the boundary is frozen: failures are still recorded (Tmax is
-  // derived from every row at the end) but the rest of the budget keeps confirming the
-  // frozen waits instead of being left unspent, so the final Tmax has evidence.
-  bool frozen = false;
-  while (!stop_confirm) {
-    const double left = confirm_end - env.elapsed_s();
-    // A round must afford at least a minimal cell per cell slot; otherwise we are done.
-    std::size_t cells_per_wait = nS * cfg.executors.size() * cfg.placements.size();
-    const double min_round = static_cast<double>(cells_per_wait * out.confirm_waits.size()) *
-                             (model.overhead_s() + 0.05);
-    if (left < min_round) break;
-    const double round_s = std::min(k.confirm_round_s, left);
-    double wsum = 0;
-    for (double w : k.confirm_weights) wsum += w;
-    bool replanned = false;
-    for (std::size_t wi = 0; wi < out.confirm_waits.size() && !replanned; ++wi) {
-      const double cell_s = round_s * (wsum > 0 ? k.confirm_weights[wi] / wsum : 1.0 / static_cast<double>(out.confirm_waits.size())) /
-                            static_cast<double>(cells_per_wait);
-      for (unsigned s : straddles) {
-        for (unsigned n : cfg.executors) {
-          for (Placement pl : cfg.placements) {
-            // Rounds are sized to fit; this only catches overruns (a hang's watchdog).
-            if (env.elapsed_s() > confirm_end + 0.02 * k.budget_s) {
-              out.notes.push_back("confirmation stopped at the end of the budget, mid-round");
-              stop_confirm = replanned = true;
-              break;
-            }
-            auto row = run_one(make(Protocol::wordpatch, out.confirm_waits[wi], s, 0, n, pl, "confirm"), cell_s,
-                               cfg.max_failures);
-            if (!row) return out;
-            if (!row->failed() || frozen) continue;
-            d = derive_all();
-            // The next planned wait above the failure is confirmed from scratch; with
-            // none left, the smallest clean wait above it, or twice the failing wait.
-            std::uint64_t new_base = d.observed_ticks ? *d.observed_ticks
-                                                      : round_up(2 * *d.max_failing_wait, k.resolution_ticks);
-            for (std::uint64_t w : out.confirm_waits) {
-              if (w > *d.max_failing_wait) {
-                new_base = std::min(new_base, w);
-                break;
-              }
-            }
-            ++out.replans;
-            log(fmt::format("confirm: failure at W={} (S={} N={}); boundary moves to W={}", row->wait_ticks, s, n,
-                            new_base));
-            out.notes.push_back(fmt::format("confirmation found a failure at W={} ticks; boundary moved to {}",
-                                            row->wait_ticks, new_base));
-            if (out.replans >= k.max_replans) {
-              out.notes.push_back(fmt::format(
-                  "the boundary moved {} times (max_replans); the rest of the budget confirms W={} and above",
-                  out.replans, new_base));
-              frozen = true;
-            }
-            base = new_base;
-            out.confirm_waits = plan_confirm_waits(base, k);
-            replanned = true;
-            break;
-          }
-          if (replanned) break;
-        }
-        if (replanned) break;
+    for (CellSpec& spec : cells) {
+      size(spec);
+      ++cell_no;
+      const double before = env.elapsed_s();
+      auto row = env.run(spec, fmt::format("{} (round {}, {})", cell_no, round, spec.phase),
+                         std::max(0.0, k.budget_s - before));
+      if (!row) {
+        out.interrupted = true;
+        out.rounds = round;
+        return out;
       }
+      model.add(*row);
+      const double wall = env.elapsed_s() - before;
+      if (wall > row->duration_s) model.add_overhead(wall - row->duration_s);
+      out.rows.push_back(*row);
     }
+    out.rounds = round + 1;
+    out.round_s = env.elapsed_s() / out.rounds;
+    out.controls = control_verdicts(out.rows);
+    for (const auto& v : out.controls) {
+      if (v.positive) out.positive_control_failed = v.ok;
+      if (!v.positive && !v.ok) out.negative_control_failed = true;
+    }
+    if (out.negative_control_failed) {
+      out.notes.push_back(fmt::format("a negative control failed in round {}; calibration stopped", round));
+      return out;
+    }
+    // A round must fit: stop when the next one would overrun the budget by more than half.
+    const double round_took = env.elapsed_s() - start;
+    if (env.elapsed_s() + 0.5 * round_took > k.budget_s) break;
   }
-  out.tmax = derive_tmax(out.rows);
-  out.boundary_found = out.tmax.observed_ticks.has_value();
-  if (out.tmax.low_exposure_cells) {
-    out.notes.push_back(fmt::format("{} wordpatch cells had low exposure and are not evidence", out.tmax.low_exposure_cells));
+  const auto d = derive_tmax(out.rows);
+  if (d.low_exposure_cells) {
+    out.notes.push_back(fmt::format("{} wordpatch cells had low exposure and are not evidence", d.low_exposure_cells));
+  }
+  return out;
+}
+
+std::string rounds_table(const std::vector<ResultRow>& rows) {
+  std::string out = fmt::format("{:>7} {:>7} {:>7} {:>9} {:>22} {:>22}  {}\n", "W", "rounds", "active",
+                                "tearing", "tears/exposed (all)", "tears/exposed (active)", "dispersion");
+  for (const auto& [w, r] : wait_rounds(rows)) {
+    // Pearson X^2 / (R - 1) across rounds: ~1 when tears are independent of the round,
+    // >> 1 when they come in bursts.
+    std::string disp = "-";
+    if (r.tears > 0 && r.per_round.size() >= 2 && r.exposed > 0) {
+      const double p = static_cast<double>(r.tears) / static_cast<double>(r.exposed);
+      double x2 = 0;
+      std::size_t used = 0;
+      for (const auto& rr : r.per_round) {
+        if (rr.exposed == 0) continue;
+        const double e = static_cast<double>(rr.exposed) * p;
+        const double var = e * (1 - p);
+        if (var > 0) {
+          x2 += (static_cast<double>(rr.tears) - e) * (static_cast<double>(rr.tears) - e) / var;
+          ++used;
+        }
+      }
+      if (used >= 2) disp = fmt::format("{:.1f}", x2 / static_cast<double>(used - 1));
+    }
+    out += fmt::format("{:>7} {:>7} {:>7} {:>9} {:>22} {:>22}  {}\n", w, r.rounds, r.active_rounds,
+                       r.tearing_rounds, fmt::format("{}/{}", r.tears, r.exposed),
+                       fmt::format("{}/{}", r.active_tears, r.active_exposed), disp);
   }
   return out;
 }
@@ -520,6 +619,7 @@ std::vector<ResultRow> read_prior_rows(const std::string& dir, const std::string
     if (name.rfind("sweep-", 0) == 0 && e.path().extension() == ".csv") csvs.push_back(e.path());
   }
   std::sort(csvs.begin(), csvs.end());
+  std::int64_t file_no = 0;
   for (const auto& csv : csvs) {
     if (!exclude_csv.empty() && fs::equivalent(csv, exclude_csv, ec)) continue;
     fs::path json = csv;
@@ -531,8 +631,10 @@ std::vector<ResultRow> read_prior_rows(const std::string& dir, const std::string
         continue;
       }
       std::size_t n = 0;
+      ++file_no;
       for (ResultRow& r : read_results_csv(csv.string())) {
         if (r.protocol != "wordpatch") continue;
+        if (r.round >= 0) r.round += file_no * kPriorRoundStride;
         rows.push_back(std::move(r));
         ++n;
       }

@@ -1,6 +1,9 @@
-// `crossmod calibrate`: controls, adaptive boundary search and confirmation for wordpatch
-// (calibrate.hpp), all cells in one sweep CSV; then configs/tmax/<slug>.toml with Tmax
-// observed/recommended and its evidence, and results/<slug>/calibrate-<stamp>.json.
+// `crossmod calibrate`: interleaved rounds with a sentinel and the controls in every round
+// (calibrate.hpp), all cells in one sweep CSV; then a verdict (bounded | not established |
+// unbounded in the tested range), configs/tmax/<slug>.toml recording it with Tmax
+// observed/recommended and the evidence, and results/<slug>/calibrate-<stamp>.json.
+// Exit status: 0 bounded or not established; 1 unbounded or a negative control failed
+// (no Tmax config written then); 2 bad input; 128+N on signal N.
 // Thread safety: runs on the main thread; installs SIGINT/SIGTERM handlers (sweep.hpp).
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
@@ -31,44 +34,46 @@ struct CalibrateArgs {
   bool quiet = false;
   bool no_pool = false;
   double budget_s = 0;
+  unsigned min_active_rounds = 0;
+  bool inject_control_failure = false;  // hidden; tests only
 };
 
 struct Summary {
-  std::string status;  // ok | negative-control-failed | no-boundary | interrupted
+  // bounded | not-established | unbounded | negative-control-failed | interrupted
+  std::string status;
   std::uint64_t observed = 0, recommended = 0, c2c = 0;
   double tsc_hz = 0;
   std::string c2c_note;
 };
 
-std::string render_calibrate_json(const Summary& s, const CalibrateOutcome& out, const std::string& results_csv,
-                                  const std::string& tmax_path, const SweepContext& ctx) {
-  const auto& d = out.tmax;
+std::string render_calibrate_json(const Summary& s, const CalibrateOutcome& out, const VerdictReport& v,
+                                  const VerdictReport& this_run, const std::string& results_csv,
+                                  const std::string& tmax_path, bool tmax_written, const SweepContext& ctx) {
+  const auto& d = v.tmax;
   std::vector<std::string> controls;
-  for (const auto& v : out.controls) {
-    JsonObject c;
-    c.str("protocol", v.protocol)
-        .str("role", v.positive ? "positive" : "negative")
-        .boolean("ok", v.ok)
-        .num("cells", v.cells)
-        .num("toggles", v.toggles)
-        .num("exposed_toggles", v.exposed_toggles)
-        .num("failures", v.failures)
-        .num("crash_or_hang_cells", v.crash_or_hang)
-        .num("low_exposure_cells", v.low_exposure_cells)
-        .str("verdict", v.verdict);
-    controls.push_back(c.render(4));
+  for (const auto& c : out.controls) {
+    JsonObject o;
+    o.str("protocol", c.protocol)
+        .str("role", c.positive ? "positive" : "negative")
+        .boolean("ok", c.ok)
+        .num("cells", c.cells)
+        .num("toggles", c.toggles)
+        .num("exposed_toggles", c.exposed_toggles)
+        .num("failures", c.failures)
+        .num("crash_or_hang_cells", c.crash_or_hang)
+        .num("low_exposure_cells", c.low_exposure_cells)
+        .str("verdict", c.verdict);
+    controls.push_back(o.render(4));
   }
   std::string controls_json = "[";
   for (std::size_t i = 0; i < controls.size(); ++i) controls_json += (i ? ", " : "") + controls[i];
   controls_json += "]";
-  std::string waits = "[";
-  for (std::size_t i = 0; i < out.confirm_waits.size(); ++i) waits += (i ? ", " : "") + std::to_string(out.confirm_waits[i]);
-  waits += "]";
+  const bool has_tmax = s.recommended > 0;
   JsonObject tmax;
   tmax.raw("observed_ticks", d.observed_ticks ? std::to_string(*d.observed_ticks) : "null")
       .raw("observed_ns", d.observed_ticks ? fmt::format("{:.1f}", static_cast<double>(*d.observed_ticks) * 1e9 / s.tsc_hz) : "null")
-      .raw("recommended_ticks", s.status == "ok" ? std::to_string(s.recommended) : "null")
-      .raw("recommended_ns", s.status == "ok" ? fmt::format("{:.1f}", static_cast<double>(s.recommended) * 1e9 / s.tsc_hz) : "null")
+      .raw("recommended_ticks", has_tmax ? std::to_string(s.recommended) : "null")
+      .raw("recommended_ns", has_tmax ? fmt::format("{:.1f}", static_cast<double>(s.recommended) * 1e9 / s.tsc_hz) : "null")
       .num("tsc_hz", s.tsc_hz)
       .str("margin_rule", margin_rule_text())
       .num("c2c_one_way_ticks", s.c2c)
@@ -77,32 +82,47 @@ std::string render_calibrate_json(const Summary& s, const CalibrateOutcome& out,
   ev.num("toggles_at_or_above", d.toggles_at_or_above)
       .num("exposed_toggles_at_or_above", d.exposed_toggles_at_or_above)
       .num("failures_at_or_above", d.failures_at_or_above)
-      .num("failure_bound_95", d.failure_bound_95)
+      .num("failure_bound_95_iid", d.failure_bound_95)
       .num("cells_at_or_above", d.cells_at_or_above)
-      .num("low_exposure_cells_ignored", d.low_exposure_cells);
+      .num("low_exposure_cells_ignored", d.low_exposure_cells)
+      .num("rounds", v.rounds)
+      .num("active_rounds", v.active)
+      .num("rounds_at_observed", v.at_observed.rounds)
+      .num("active_rounds_at_observed", v.at_observed.evidence_active_rounds)
+      .num("sentinel_tears_in_those_rounds", v.sentinel_tears_in_active)
+      .num("active_round_bound_95", v.active_round_bound);
+  JsonObject verdict;
+  verdict.str("verdict", to_string(v.verdict))
+      .str("phrase", verdict_phrase(v.verdict))
+      .str("evidence", v.evidence)
+      .str("advice", v.advice)
+      .str("this_run_alone", to_string(this_run.verdict))
+      .raw("this_run_observed_ticks",
+           this_run.tmax.observed_ticks ? std::to_string(*this_run.tmax.observed_ticks) : "null");
   std::vector<std::string> notes = out.notes;
   if (!out.positive_control_failed && !out.controls.empty()) {
     notes.push_back("positive control (naive) never failed: exposure may be too low, or this hardware did not tear within the budget");
   }
   if (!s.c2c_note.empty()) notes.push_back("c2c_one_way_ticks: " + s.c2c_note);
   JsonObject o;
-  o.num("schema_version", std::int64_t{1})
+  o.num("schema_version", std::int64_t{2})
       .str("kind", "crossmod-calibrate")
       .str("status", s.status)
       .str("machine_slug", machine_slug())
       .raw("machine", ctx.machine_json.empty() ? std::string("{}") : ctx.machine_json)
       .str("results", results_csv)
-      .raw("tmax_config", s.status == "ok" ? json_string(tmax_path) : "null")
+      .raw("tmax_config", tmax_written ? json_string(tmax_path) : "null")
       .str("preset", ctx.preset)
       .str("command", ctx.command)
       .str("git_sha", ctx.git_sha)
       .str("started_utc", ctx.started_utc)
       .str("finished_utc", utc_iso8601())
+      .raw("verdict", verdict.render())
       .raw("tmax", tmax.render())
       .raw("evidence", ev.render())
       .raw("controls", controls_json)
-      .raw("confirm_waits", waits)
-      .num("replans", static_cast<std::uint64_t>(out.replans))
+      .num("rounds", static_cast<std::uint64_t>(out.rounds))
+      .num("round_s", out.round_s)
       .num("cells", static_cast<std::uint64_t>(out.rows.size()))
       .raw("notes", json_array_of_strings(notes));
   return o.render() + "\n";
@@ -114,6 +134,7 @@ void run_calibrate(const CalibrateArgs& a) {
   SweepConfig cfg = load_preset_file(preset_path);
   if (a.budget_s < 0) throw UsageError("--budget must be > 0 seconds");
   if (a.budget_s > 0) cfg.calibrate.budget_s = a.budget_s;
+  if (a.min_active_rounds > 0) cfg.calibrate.min_active_rounds = a.min_active_rounds;
   const Topology topo = Topology::load();
   const auto warnings = placement_warnings(cfg, topo);
   const std::string slug = machine_slug();
@@ -170,7 +191,8 @@ void run_calibrate(const CalibrateArgs& a) {
   RunContext rc;
   rc.topology = &topo;
   Progress progress(!a.quiet);
-  CellLoop loop(&writer, [&](const CellSpec& s) { return run_cell(s, rc); }, tsc_hz, resumed_rows, &progress);
+  CellLoop loop(&writer, [&](const CellSpec& s) { return run_cell_for(s, rc, a.inject_control_failure); }, tsc_hz,
+                resumed_rows, &progress);
   const auto t0 = std::chrono::steady_clock::now();
   double resumed_s = 0;
   CalibrateEnv env;
@@ -187,22 +209,25 @@ void run_calibrate(const CalibrateArgs& a) {
   env.log = [&](const std::string& line) { progress.message("calibrate: " + line); };
   std::vector<std::string> pooled_files, pool_skipped;
   if (!a.no_pool) env.prior_rows = read_prior_rows(out_dir, csv_path, slug, &pooled_files, &pool_skipped);
+  env.seed = std::hash<std::string>{}(csv_path) | 1;
   CalibrateOutcome out = run_calibration(cfg, env);
   progress.finish();
-  // Tmax from this run alone, and (unless --no-pool) from every run recorded for this
-  // machine in out_dir: a failure any earlier run saw still counts.
-  const TmaxDerivation this_run = out.tmax;
+  // The verdict from this run alone, and (unless --no-pool) from every run recorded for
+  // this machine in out_dir: a failure any earlier run saw still counts, and earlier
+  // active rounds are evidence too.
+  const VerdictReport this_run = decide_verdict(out.rows, cfg.calibrate, out.round_s);
+  VerdictReport v = this_run;
+  std::vector<ResultRow> evidence_rows = out.rows;
   if (!a.no_pool && !out.interrupted) {
     if (!pooled_files.empty()) {
-      std::vector<ResultRow> pooled = env.prior_rows;
-      pooled.insert(pooled.end(), out.rows.begin(), out.rows.end());
-      out.tmax = derive_tmax(pooled);
+      evidence_rows.insert(evidence_rows.end(), env.prior_rows.begin(), env.prior_rows.end());
+      v = decide_verdict(evidence_rows, cfg.calibrate, out.round_s);
       out.notes.push_back(fmt::format(
-          "Tmax evidence pooled over this run and {} earlier sweep file(s) of this machine in {}; this run alone: "
+          "evidence pooled over this run and {} earlier sweep file(s) of this machine in {}; this run alone: {}, "
           "observed {} ticks, largest failing {}",
-          pooled_files.size(), out_dir,
-          this_run.observed_ticks ? std::to_string(*this_run.observed_ticks) : std::string("none"),
-          this_run.max_failing_wait ? std::to_string(*this_run.max_failing_wait) : std::string("none")));
+          pooled_files.size(), out_dir, verdict_phrase(this_run.verdict),
+          this_run.tmax.observed_ticks ? std::to_string(*this_run.tmax.observed_ticks) : std::string("none"),
+          this_run.tmax.max_failing_wait ? std::to_string(*this_run.tmax.max_failing_wait) : std::string("none")));
     }
     for (const auto& sk : pool_skipped) out.notes.push_back("not pooled: " + sk);
   }
@@ -213,15 +238,17 @@ void run_calibrate(const CalibrateArgs& a) {
   ctx.cells_resumed = loop.cells_resumed();
   write_file_atomic(json_path, ctx.render());
 
-  // 5. People: controls, per-phase table, Tmax.
-  fmt::print("crossmod calibrate  {}  ({})  TSC {:.3f} GHz  preset {}\n\n", slug, cpu_identity().brand, tsc_hz / 1e9,
-             ctx.preset);
-  fmt::print("controls\n");
-  for (const auto& v : out.controls) {
-    fmt::print("  {:<10} {:<9} {:<4} {}\n", v.protocol, v.positive ? "positive" : "negative", v.ok ? "ok" : "BAD",
-               v.verdict);
+  // 5. People: controls, tables, verdict.
+  fmt::print("crossmod calibrate  {}  ({})  TSC {:.3f} GHz  preset {}  {} rounds\n\n", slug, cpu_identity().brand,
+             tsc_hz / 1e9, ctx.preset, out.rounds);
+  fmt::print("controls (every round)\n");
+  for (const auto& c : out.controls) {
+    fmt::print("  {:<10} {:<9} {:<4} {}\n", c.protocol, c.positive ? "positive" : "negative", c.ok ? "ok" : "BAD",
+               c.verdict);
   }
   fmt::print("\n{}", summary_table(out.rows));
+  fmt::print("\nwordpatch by round ({} rounds, {} active: the sentinel tore){}\n{}", v.rounds, v.active,
+             pooled_files.empty() ? "" : ", with earlier runs", rounds_table(evidence_rows));
   if (out.interrupted) {
     fmt::print(stderr,
                "calibrate: interrupted; {} finished cells are in {}; no Tmax written.\n"
@@ -236,49 +263,43 @@ void run_calibrate(const CalibrateArgs& a) {
     fmt::print(stderr, "\n");
     fmt::print(stderr, "calibrate: ************************************************************\n");
     fmt::print(stderr, "calibrate: A NEGATIVE CONTROL FAILED. Protocols that must never fail did:\n");
-    for (const auto& v : out.controls) {
-      if (!v.positive && !v.ok) fmt::print(stderr, "calibrate:   {}: {}\n", v.protocol, v.verdict);
+    for (const auto& c : out.controls) {
+      if (!c.positive && !c.ok) fmt::print(stderr, "calibrate:   {}: {}\n", c.protocol, c.verdict);
     }
     fmt::print(stderr, "calibrate: The engine, the harness or this machine is broken; a Tmax measured\n");
     fmt::print(stderr, "calibrate: here would mean nothing. NO Tmax config was written.\n");
     fmt::print(stderr, "calibrate: Details: {} and {}\n", csv_path, calib_json);
     fmt::print(stderr, "calibrate: ************************************************************\n");
-    write_file_atomic(calib_json, render_calibrate_json(sum, out, results_rel, tmax_path, ctx));
+    write_file_atomic(calib_json, render_calibrate_json(sum, out, v, this_run, results_rel, tmax_path, false, ctx));
     exit_code() = 1;
     return;
   }
-  if (!out.tmax.observed_ticks) {
-    sum.status = "no-boundary";
-    fmt::print(stderr, "calibrate: no wait W had zero failures at and above it ({}). NO Tmax config was written.\n",
-               out.notes.empty() ? std::string("every trusted cell failed or had low exposure") : out.notes.back());
-    write_file_atomic(calib_json, render_calibrate_json(sum, out, results_rel, tmax_path, ctx));
-    exit_code() = 1;
-    return;
+  sum.status = to_string(v.verdict);
+  const auto& d = v.tmax;
+  fmt::print("\nverdict           {}\n", verdict_phrase(v.verdict));
+  fmt::print("evidence          {}\n", v.evidence);
+  if (d.observed_ticks) {
+    sum.observed = *d.observed_ticks;
+    sum.recommended = recommend_tmax(sum.observed, sum.c2c);
+    fmt::print("Tmax observed     {:>6} ticks ({:.1f} ns)\n", sum.observed,
+               static_cast<double>(sum.observed) * 1e9 / tsc_hz);
+    fmt::print("Tmax recommended  {:>6} ticks ({:.1f} ns): {}\n", sum.recommended,
+               static_cast<double>(sum.recommended) * 1e9 / tsc_hz, margin_rule_text());
   }
-  sum.status = "ok";
-  sum.observed = *out.tmax.observed_ticks;
-  sum.recommended = recommend_tmax(sum.observed, sum.c2c);
-  const auto& d = out.tmax;
-  fmt::print("\nTmax observed     {:>6} ticks ({:.1f} ns): 0 failures in {} exposed toggles at W >= {}, p < {:.3g} at 95%\n",
-             sum.observed, static_cast<double>(sum.observed) * 1e9 / tsc_hz, d.exposed_toggles_at_or_above,
-             sum.observed, d.failure_bound_95);
-  fmt::print("Tmax recommended  {:>6} ticks ({:.1f} ns): {}\n", sum.recommended,
-             static_cast<double>(sum.recommended) * 1e9 / tsc_hz, margin_rule_text());
   fmt::print("largest failing W {:>6}\n", d.max_failing_wait ? std::to_string(*d.max_failing_wait) : std::string("none"));
-  if (!pooled_files.empty()) {
-    fmt::print("evidence          this run + {} earlier sweep file(s) of this machine (this run alone: observed {})\n",
-               pooled_files.size(),
-               this_run.observed_ticks ? std::to_string(*this_run.observed_ticks) + " ticks" : std::string("none"));
-  }
+  if (!v.advice.empty()) fmt::print("next              {}\n", v.advice);
   if (!out.positive_control_failed) {
     fmt::print(stderr,
                "calibrate: note: the positive control (naive) never failed: exposure may be too low, or this\n"
-               "calibrate: note: hardware did not tear within the budget. Tmax is written but weakly supported.\n");
+               "calibrate: note: hardware did not tear within the budget.\n");
   }
   for (const auto& n : out.notes) fmt::print(stderr, "calibrate: note: {}\n", n);
+
   make_dirs(std::filesystem::path(tmax_path).parent_path().empty() ? "." : std::filesystem::path(tmax_path).parent_path().string());
   TmaxFileInputs in;
   const CpuIdentity id = cpu_identity();
+  in.verdict = to_string(v.verdict);
+  in.evidence_sentence = v.evidence;
   in.slug = slug;
   in.vendor = id.vendor;
   in.brand = id.brand;
@@ -287,6 +308,8 @@ void run_calibrate(const CalibrateArgs& a) {
   in.stepping = id.stepping;
   in.microcode = microcode();
   in.kernel = kernel_release();
+  // unbounded: the file records the verdict and no wordpatch Tmax (0 ticks; the engine
+  // refuses it).
   in.observed_ticks = sum.observed;
   in.recommended_ticks = sum.recommended;
   in.c2c_one_way_ticks = sum.c2c;
@@ -297,14 +320,22 @@ void run_calibrate(const CalibrateArgs& a) {
   in.date = utc_iso8601();
   in.preset = ctx.preset;
   in.notes = out.notes;
+  in.rounds = v.rounds;
+  in.active_rounds_at_observed = v.at_observed.evidence_active_rounds;
+  in.active_round_bound = v.active_round_bound;
+  if (!v.advice.empty()) in.notes.push_back(v.advice);
   if (!out.positive_control_failed) {
     in.notes.push_back("positive control (naive) never failed: exposure may be too low, or this hardware did not "
                        "tear within the budget; treat Tmax with caution");
   }
   if (!sum.c2c_note.empty()) in.notes.push_back("c2c_one_way_ticks: " + sum.c2c_note);
-  write_file_atomic(tmax_path, render_tmax_toml(in, out.tmax, out.controls));
-  write_file_atomic(calib_json, render_calibrate_json(sum, out, results_rel, tmax_path, ctx));
-  fmt::print("\nwrote {}\n      {}\n      {}\n", tmax_path, csv_path, calib_json);
+  write_file_atomic(tmax_path, render_tmax_toml(in, d, out.controls));
+  write_file_atomic(calib_json, render_calibrate_json(sum, out, v, this_run, results_rel, tmax_path, true, ctx));
+  fmt::print("\nwrote {} (verdict {})\n      {}\n      {}\n", tmax_path, to_string(v.verdict), csv_path, calib_json);
+  if (v.verdict == Verdict::unbounded) {
+    fmt::print(stderr, "calibrate: wordpatch is UNBOUNDED in the tested range on this machine: {}\n", v.advice);
+    exit_code() = 1;
+  }
 }
 
 }  // namespace
@@ -317,8 +348,11 @@ void register_calibrate(CLI::App& app) {
   cmd->add_option("--out", args->out, "results directory (default results/<slug>)");
   cmd->add_option("--tmax-out", args->tmax_out, "Tmax config to write (default configs/tmax/<slug>.toml)");
   cmd->add_option("--budget", args->budget_s, "override the preset's cell budget, seconds");
+  cmd->add_option("--min-active-rounds", args->min_active_rounds,
+                  "active rounds at Tmax needed for the verdict `bounded` (default: the preset's)");
   cmd->add_flag("--resume", args->resume, "continue the newest matching calibrate run in --out");
   cmd->add_flag("--quiet", args->quiet, "no progress line");
+  cmd->add_flag("--inject-control-failure", args->inject_control_failure)->group("");  // tests only
   cmd->add_flag("--no-pool", args->no_pool,
                 "derive Tmax from this run only, not from every sweep of this machine in --out");
   cmd->callback([args] { run_calibrate(*args); });

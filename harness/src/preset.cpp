@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <functional>
+#include <random>
 #include <set>
 #include <sstream>
 
@@ -146,10 +147,9 @@ std::string join(const std::vector<T>& v, const std::string& sep = ",") {
 
 void parse_calibrate(const Ctx& c, const toml::table& t, CalibrateParams& p) {
   check_keys(c, t, "calibrate.",
-             {"budget_s", "controls_fraction", "search_fraction", "confirm_fraction", "ladder",
-              "max_wait_ticks", "resolution_ticks", "confirm_multipliers", "confirm_weights",
-              "control_wait_ticks", "probe_toggles", "min_toggles", "max_toggles",
-              "confirm_round_s", "max_replans"});
+             {"budget_s", "cell_s", "ladder", "max_wait_ticks", "resolution_ticks",
+              "confirm_multipliers", "control_wait_ticks", "probe_toggles", "min_toggles",
+              "max_toggles", "search_rounds", "min_active_rounds"});
   auto num = [&](const char* k, double& out) {
     if (const auto* n = t.get(k)) out = get_number(c, *n, std::string("calibrate.") + k);
   };
@@ -157,18 +157,19 @@ void parse_calibrate(const Ctx& c, const toml::table& t, CalibrateParams& p) {
     if (const auto* n = t.get(k)) out = get_nonneg(c, *n, std::string("calibrate.") + k, "value");
   };
   num("budget_s", p.budget_s);
-  num("controls_fraction", p.controls_fraction);
-  num("search_fraction", p.search_fraction);
-  num("confirm_fraction", p.confirm_fraction);
-  num("confirm_round_s", p.confirm_round_s);
+  num("cell_s", p.cell_s);
   u64("max_wait_ticks", p.max_wait_ticks);
   u64("resolution_ticks", p.resolution_ticks);
   u64("control_wait_ticks", p.control_wait_ticks);
   u64("probe_toggles", p.probe_toggles);
   u64("min_toggles", p.min_toggles);
   u64("max_toggles", p.max_toggles);
-  if (const auto* n = t.get("max_replans")) {
-    p.max_replans = static_cast<unsigned>(get_nonneg(c, *n, "calibrate.max_replans", "value"));
+  if (const auto* n = t.get("search_rounds")) {
+    p.search_rounds = static_cast<unsigned>(get_nonneg(c, *n, "calibrate.search_rounds", "value"));
+  }
+  if (const auto* n = t.get("min_active_rounds")) {
+    p.min_active_rounds =
+        static_cast<unsigned>(get_nonneg(c, *n, "calibrate.min_active_rounds", "value"));
   }
   if (const auto* n = t.get("ladder")) {
     p.ladder.clear();
@@ -184,23 +185,14 @@ void parse_calibrate(const Ctx& c, const toml::table& t, CalibrateParams& p) {
       p.confirm_multipliers.push_back(m);
     }
   }
-  if (const auto* n = t.get("confirm_weights")) {
-    p.confirm_weights.clear();
-    for (const auto& e : get_array(c, *n, "calibrate.confirm_weights")) {
-      const double w = get_number(c, e, "calibrate.confirm_weights");
-      if (w < 0) c.fail(&e, "calibrate.confirm_weights", "weights must be >= 0");
-      p.confirm_weights.push_back(w);
-    }
-  }
   const toml::node* root = nullptr;
   if (p.budget_s <= 0) c.fail(t.get("budget_s"), "calibrate.budget_s", "must be > 0");
-  if (p.controls_fraction < 0 || p.search_fraction <= 0 || p.confirm_fraction <= 0 ||
-      p.controls_fraction + p.search_fraction + p.confirm_fraction > 1.0001) {
-    c.fail(root, "calibrate", "phase fractions must be positive and sum to at most 1");
+  if (!(p.cell_s > 0)) c.fail(t.get("cell_s"), "calibrate.cell_s", "must be > 0");
+  if (p.confirm_multipliers.empty()) {
+    c.fail(t.get("confirm_multipliers"), "calibrate.confirm_multipliers", "needs at least one");
   }
-  if (p.confirm_weights.size() != p.confirm_multipliers.size()) {
-    c.fail(t.get("confirm_weights"), "calibrate.confirm_weights",
-           "needs one weight per confirm multiplier");
+  if (p.min_active_rounds == 0) {
+    c.fail(t.get("min_active_rounds"), "calibrate.min_active_rounds", "must be >= 1");
   }
   if (p.resolution_ticks == 0) c.fail(t.get("resolution_ticks"), "calibrate.resolution_ticks", "must be > 0");
   if (p.min_toggles == 0 || p.probe_toggles == 0 || p.max_toggles < p.min_toggles) {
@@ -218,6 +210,24 @@ std::uint64_t SweepConfig::toggles_for(Protocol p) const {
 }
 
 std::vector<CellSpec> SweepConfig::expand(const std::string& phase) const {
+  if (rounds > 0) {
+    SweepConfig one = *this;
+    one.rounds = 0;
+    one.reps = 1;
+    const std::vector<CellSpec> grid = one.expand(phase);
+    std::vector<CellSpec> cells;
+    for (unsigned r = 0; r < rounds; ++r) {
+      std::vector<CellSpec> round = grid;
+      for (auto& c : round) {
+        c.rep = r;
+        c.round = r;
+      }
+      std::mt19937_64 rng(0x5EEDULL + r);
+      std::shuffle(round.begin(), round.end(), rng);
+      cells.insert(cells.end(), round.begin(), round.end());
+    }
+    return cells;
+  }
   std::vector<CellSpec> cells;
   for (unsigned rep = 0; rep < reps; ++rep) {
     for (Protocol p : protocols) {
@@ -263,15 +273,14 @@ std::string SweepConfig::config_key() const {
   for (const auto& [p, t] : protocol_toggles) ptog.push_back(fmt::format("{}={}", protocol_name(p), t));
   const auto& k = calibrate;
   return fmt::format(
-      "v{};protocols={};waits={};straddles={};offsets={};executors={};placements={};reps={};"
-      "toggles={};ptoggles={};dwell={};watchdog={};max_failures={};cal=budget:{},fr:{}/{}/{},"
-      "ladder:{},max:{},res:{},mult:{},wts:{},cw:{},probe:{},min:{},max:{},round:{},replans:{}",
+      "v{};protocols={};waits={};straddles={};offsets={};executors={};placements={};reps={};{}"
+      "toggles={};ptoggles={};dwell={};watchdog={};max_failures={};cal=rounds,budget:{},cell:{},"
+      "ladder:{},max:{},res:{},mult:{},cw:{},probe:{},min:{},max:{},search:{},active:{}",
       kPresetSchemaVersion, join(protos), join(waits), join(straddles), join(aligned_offsets),
-      join(executors), join(places), reps, toggles, join(ptog), dwell_ticks, watchdog_s,
-      max_failures, k.budget_s, k.controls_fraction, k.search_fraction, k.confirm_fraction,
-      join(k.ladder), k.max_wait_ticks, k.resolution_ticks, join(k.confirm_multipliers),
-      join(k.confirm_weights), k.control_wait_ticks, k.probe_toggles, k.min_toggles,
-      k.max_toggles, k.confirm_round_s, k.max_replans);
+      join(executors), join(places), reps, rounds ? fmt::format("rounds={};", rounds) : std::string(), toggles, join(ptog), dwell_ticks, watchdog_s,
+      max_failures, k.budget_s, k.cell_s, join(k.ladder), k.max_wait_ticks,
+      k.resolution_ticks, join(k.confirm_multipliers), k.control_wait_ticks, k.probe_toggles,
+      k.min_toggles, k.max_toggles, k.search_rounds, k.min_active_rounds);
 }
 
 std::string SweepConfig::to_json() const {
@@ -302,20 +311,17 @@ std::string SweepConfig::to_json() const {
   const auto& k = calibrate;
   JsonObject cal;
   cal.num("budget_s", k.budget_s)
-      .num("controls_fraction", k.controls_fraction)
-      .num("search_fraction", k.search_fraction)
-      .num("confirm_fraction", k.confirm_fraction)
+      .num("cell_s", k.cell_s)
       .raw("ladder", nums(k.ladder))
       .num("max_wait_ticks", k.max_wait_ticks)
       .num("resolution_ticks", k.resolution_ticks)
       .raw("confirm_multipliers", nums(k.confirm_multipliers))
-      .raw("confirm_weights", nums(k.confirm_weights))
       .num("control_wait_ticks", k.control_wait_ticks)
       .num("probe_toggles", k.probe_toggles)
       .num("min_toggles", k.min_toggles)
       .num("max_toggles", k.max_toggles)
-      .num("confirm_round_s", k.confirm_round_s)
-      .num("max_replans", static_cast<std::uint64_t>(k.max_replans));
+      .num("search_rounds", static_cast<std::uint64_t>(k.search_rounds))
+      .num("min_active_rounds", static_cast<std::uint64_t>(k.min_active_rounds));
   JsonObject o;
   o.num("schema_version", static_cast<std::int64_t>(kPresetSchemaVersion))
       .str("name", name)

@@ -34,22 +34,22 @@ namespace crossmod::harness {
 
 inline constexpr int kPresetSchemaVersion = 1;
 
+// `crossmod calibrate` runs interleaved rounds (calibrate.hpp): every round visits every
+// wait still in play and every S in a fresh random order with short cells, plus a
+// sentinel cell and the negative and positive controls.
 struct CalibrateParams {
   double budget_s = 480;              // total wall-clock budget for all cells
-  double controls_fraction = 0.10;    // shares of the budget per phase
-  double search_fraction = 0.25;
-  double confirm_fraction = 0.65;
+  double cell_s = 0.5;                // target wall time of one cell
   std::vector<std::uint64_t> ladder = {0, 50, 100, 200, 400, 800, 1600, 3200};
-  std::uint64_t max_wait_ticks = 102400;    // the ladder doubles up to here if all fail
+  std::uint64_t max_wait_ticks = 102400;    // the ladder doubles up to here if all tear
   std::uint64_t resolution_ticks = 25;      // bisection stops at this gap
-  std::vector<double> confirm_multipliers = {1.0, 1.5, 2.0};
-  std::vector<double> confirm_weights = {0.5, 0.25, 0.25};  // budget share per multiplier
+  std::vector<double> confirm_multipliers = {1.0, 1.5, 2.0};  // waits in play above the boundary
   std::uint64_t control_wait_ticks = 0;     // W for naive (positive control) and callpatch
-  std::uint64_t probe_toggles = 20000;      // first cell, before any rate is known
+  std::uint64_t probe_toggles = 20000;      // first cell of a protocol, before its rate is known
   std::uint64_t min_toggles = 2000;         // never run a cell smaller than this
   std::uint64_t max_toggles = 200000000;
-  double confirm_round_s = 30;              // confirm cells are run in rounds of this size
-  unsigned max_replans = 3;                 // confirm failures that move the boundary up
+  unsigned search_rounds = 2;               // rounds over the whole ladder before narrowing
+  unsigned min_active_rounds = 10;          // `bounded` needs this many active rounds at Tmax
 };
 
 struct SweepConfig {
@@ -63,6 +63,9 @@ struct SweepConfig {
   std::vector<unsigned> executors = {1};
   std::vector<Placement> placements = {Placement::spread};
   unsigned reps = 1;
+  // sweep --rounds R (0 = off): the grid R times, each round in a fresh random order with
+  // rep = round = the round's index, so a burst of tearing lands on every cell in turn.
+  unsigned rounds = 0;
   std::uint64_t toggles = 100000;
   std::map<Protocol, std::uint64_t> protocol_toggles;
   std::uint64_t dwell_ticks = 0;  // 0 = auto
@@ -72,7 +75,9 @@ struct SweepConfig {
 
   std::uint64_t toggles_for(Protocol p) const;
   // All cells of the grid, reps outermost (an interrupted sweep has covered the whole
-  // grid evenly), then protocol, wait, straddle/offset, executors, placement.
+  // grid evenly), then protocol, wait, straddle/offset, executors, placement. With
+  // rounds > 0: rounds outermost instead of reps, each round shuffled (seeded by the
+  // round index, so a resumed sweep plans the same cells).
   std::vector<CellSpec> expand(const std::string& phase = "grid") const;
   // Canonical one-line text of everything that defines the cells (not the source path):
   // --resume only continues a file whose context has the same key.

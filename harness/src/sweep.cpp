@@ -216,6 +216,30 @@ std::vector<std::string> placement_warnings(const SweepConfig& cfg, const Topolo
   return warnings;
 }
 
+CellResult run_cell_for(const CellSpec& spec, const RunContext& ctx, bool inject_control_failure) {
+  if (!inject_control_failure || spec.protocol != Protocol::callpatch) return run_cell(spec, ctx);
+  CellSpec torn = spec;
+  torn.protocol = Protocol::selftest_torn;
+  CellResult r = run_cell(torn, ctx);
+  r.spec = spec;
+  r.note = "failure injected by --inject-control-failure (ran selftest-torn); " + r.note;
+  return r;
+}
+
+std::vector<std::string> failed_negative_controls(const std::vector<ResultRow>& rows) {
+  std::vector<std::string> out;
+  for (const char* proto : {"callpatch", "aligned", "sync-core"}) {
+    std::uint64_t failures = 0, cells = 0;
+    for (const auto& r : rows) {
+      if (r.protocol != proto || !r.failed()) continue;
+      failures += r.failures;
+      ++cells;
+    }
+    if (cells) out.push_back(fmt::format("{}: {} failing toggles in {} cells", proto, failures, cells));
+  }
+  return out;
+}
+
 std::string summary_table(const std::vector<ResultRow>& rows) {
   struct Agg {
     std::uint64_t cells = 0, toggles = 0, exposed = 0, failures = 0, crash = 0, hang = 0,

@@ -92,6 +92,16 @@ class EtaModel {
 // otherwise, before anything is written); returns the oversubscription warnings.
 std::vector<std::string> placement_warnings(const SweepConfig& cfg, const Topology& topo);
 
+// Runs a cell; with `inject_control_failure` (a hidden test flag of sweep and calibrate)
+// a callpatch cell runs the selftest-torn protocol instead, whose faults are certain, and
+// is recorded as callpatch with a note saying so: the only way to drive the "negative
+// control failed" paths of the real binary end to end.
+CellResult run_cell_for(const CellSpec& spec, const RunContext& ctx, bool inject_control_failure);
+
+// Negative controls (callpatch, aligned, sync-core) that failed in `rows`, one line each
+// ("callpatch: 3 failing toggles in 2 cells"); empty when none did.
+std::vector<std::string> failed_negative_controls(const std::vector<ResultRow>& rows);
+
 // The stdout summary of a set of rows: one line per protocol x wait, with cells, toggles,
 // exposed toggles, failures, crash/hang, rate and its 95% interval.
 std::string summary_table(const std::vector<ResultRow>& rows);

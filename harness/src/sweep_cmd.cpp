@@ -25,6 +25,8 @@ struct SweepArgs {
   std::string preset, config, out;
   bool resume = false;
   bool quiet = false;
+  bool inject_control_failure = false;  // hidden; tests only
+  unsigned rounds = 0;
   Overrides ov;
 };
 
@@ -35,6 +37,8 @@ void run_sweep(const SweepArgs& a) {
   const std::string preset_path = a.config.empty() ? find_preset(a.preset) : a.config;
   SweepConfig cfg = load_preset_file(preset_path);
   apply_overrides(cfg, a.ov);
+  if (a.rounds > 100000) throw UsageError(fmt::format("--rounds {} is too many (at most 100000)", a.rounds));
+  cfg.rounds = a.rounds;
   const Topology topo = Topology::load();
   const auto warnings = placement_warnings(cfg, topo);
   check_writable_dir(a.out, "output directory");
@@ -76,7 +80,8 @@ void run_sweep(const SweepArgs& a) {
   RunContext rc;
   rc.topology = &topo;
   Progress progress(!a.quiet);
-  CellLoop loop(&writer, [&](const CellSpec& s) { return run_cell(s, rc); }, tsc_hz, resumed_rows, &progress);
+  CellLoop loop(&writer, [&](const CellSpec& s) { return run_cell_for(s, rc, a.inject_control_failure); }, tsc_hz,
+                resumed_rows, &progress);
   std::size_t skipped = 0;
   for (const auto& c : cells) skipped += loop.is_resumed(c) ? 1 : 0;
   if (resume_csv) fmt::print(stderr, "sweep: resuming: {} of {} cells already done\n", skipped, cells.size());
@@ -114,6 +119,14 @@ void run_sweep(const SweepArgs& a) {
   }
   fmt::print(stderr, "sweep: {} cells run, {} resumed; results: {} (context: {})\n", loop.cells_run(),
              loop.cells_resumed(), csv_path, json_path);
+  // A negative control must never fail; when one does, nothing else this sweep measured
+  // can be trusted, and scripts must see it.
+  if (const auto bad = failed_negative_controls(loop.rows()); !bad.empty()) {
+    fmt::print(stderr, "sweep: A NEGATIVE CONTROL FAILED (protocols that must never fail did):\n");
+    for (const auto& b : bad) fmt::print(stderr, "sweep:   {}\n", b);
+    fmt::print(stderr, "sweep: the engine, the harness or this machine is broken; details in {}\n", csv_path);
+    exit_code() = 1;
+  }
 }
 
 }  // namespace
@@ -126,6 +139,9 @@ void register_sweep(CLI::App& app) {
   cmd->add_option("--out", args->out, "output directory for sweep-<stamp>.csv/.json")->required();
   cmd->add_flag("--resume", args->resume, "continue the newest matching sweep in --out, skipping finished cells");
   cmd->add_flag("--quiet", args->quiet, "no progress line");
+  cmd->add_option("--rounds", args->rounds,
+                  "run the grid this many times, each round in a fresh random order (rep = round)");
+  cmd->add_flag("--inject-control-failure", args->inject_control_failure)->group("");  // tests only
   auto opt = [&](const char* name, std::optional<std::string>& dst, const char* help) {
     cmd->add_option_function<std::string>(name, [&dst](const std::string& v) { dst = v; }, help);
   };
