@@ -23,6 +23,7 @@ int& exit_code();
 void register_sysinfo(CLI::App& app);
 void register_sweep(CLI::App& app);
 void register_calibrate(CLI::App& app);
+void register_soak(CLI::App& app);
 void register_bench(CLI::App& app);
 void register_plot(CLI::App& app);
 

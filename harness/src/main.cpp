@@ -22,6 +22,7 @@ int main(int argc, char** argv) {
   crossmod::harness::register_sysinfo(app);
   crossmod::harness::register_sweep(app);
   crossmod::harness::register_calibrate(app);
+  crossmod::harness::register_soak(app);
   crossmod::harness::register_bench(app);
   crossmod::harness::register_plot(app);
   try {

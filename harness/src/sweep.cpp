@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cctype>
 #include <cmath>
 #include <cstdio>
 #include <map>
@@ -109,6 +110,38 @@ std::string format_duration(double s) {
   if (t >= 3600) return fmt::format("{}h{:02}m", t / 3600, (t % 3600) / 60);
   if (t >= 60) return fmt::format("{}m{:02}s", t / 60, t % 60);
   return fmt::format("{}s", t);
+}
+
+double parse_duration(const std::string& text, const std::string& what) {
+  auto bad = [&] {
+    return UsageError(fmt::format("{}: '{}' is not a duration (e.g. 2h, 90m, 45s, 1h30m)", what, text));
+  };
+  if (text.empty()) throw bad();
+  double total = 0;
+  std::size_t i = 0;
+  bool any_unit = false;
+  while (i < text.size()) {
+    std::size_t j = i;
+    while (j < text.size() && (std::isdigit(static_cast<unsigned char>(text[j])) || text[j] == '.')) ++j;
+    if (j == i) throw bad();
+    char* end = nullptr;
+    const std::string num = text.substr(i, j - i);
+    const double v = std::strtod(num.c_str(), &end);
+    if (end != num.c_str() + num.size() || !std::isfinite(v)) throw bad();
+    if (j == text.size()) {
+      if (any_unit) throw bad();  // "1h30" is ambiguous
+      total += v;
+      break;
+    }
+    const char u = text[j];
+    const double mult = u == 'h' ? 3600 : u == 'm' ? 60 : u == 's' ? 1 : -1;
+    if (mult < 0) throw bad();
+    total += v * mult;
+    any_unit = true;
+    i = j + 1;
+  }
+  if (!(total > 0)) throw UsageError(fmt::format("{}: the duration must be > 0", what));
+  return total;
 }
 
 std::string describe_cell(const CellSpec& s) {

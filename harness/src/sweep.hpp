@@ -31,6 +31,9 @@ void reset_for_tests();
 
 // Human-readable duration: "4m12s", "37s", "1h02m".
 std::string format_duration(double seconds);
+// The inverse, for flags: "2h", "90m", "45s", "1h30m", "1.5h" or plain seconds ("600").
+// Throws UsageError naming `what` for anything else or a duration <= 0.
+double parse_duration(const std::string& text, const std::string& what);
 // "wordpatch W=400 S=2 N=1 spread rep0" (aligned: "aligned off=11 ...").
 std::string describe_cell(const CellSpec& spec);
 

@@ -3,7 +3,7 @@
 # sweep_smoke.py, which validates the files against the results schema.
 set(CROSSMOD_SWEEP_SMOKE ${CMAKE_CURRENT_LIST_DIR}/sweep_smoke.py)
 foreach(t preset hang torn crash bad_input resume sigint calibrate calibrate_resume control_fail
-          sigkill_resume)
+          sigkill_resume soak)
   add_test(NAME sweep_smoke_${t}
            COMMAND ${CROSSMOD_PYTHON} ${CROSSMOD_SWEEP_SMOKE} $<TARGET_FILE:crossmod> ${t})
   set_tests_properties(sweep_smoke_${t} PROPERTIES LABELS smoke TIMEOUT 600 RUN_SERIAL TRUE)

@@ -307,6 +307,37 @@ def t_calibrate_resume(out):
     check(ctx["cells_resumed"] >= 1, f"cells_resumed {ctx['cells_resumed']}")
 
 
+def t_soak(out):
+    base = ["soak", "--wait", "3200", "--sentinel", "100", "--for", "3s", "--cell-s", "0.1", "--out", out, "--quiet"]
+    p = run(base, timeout=120, expect=None)
+    _, rows, ctx = read_sweep(out)
+    check(ctx.get("run_kind") == "soak", "run_kind")
+    tore = any(r["failures"] > 0 or r["crash"] or r["hang"] for r in rows if r["phase"] == "soak")
+    check(p.returncode == (1 if tore else 0), f"exit {p.returncode} with tears at W: {tore}")
+    check({r["phase"] for r in rows} == {"soak", "sentinel"}, "phases")
+    check({r["wait_ticks"] for r in rows if r["phase"] == "soak"} == {3200}, "soaked wait")
+    rounds = {r["round"] for r in rows}
+    for rd in rounds:
+        check(sorted(r["straddle"] for r in rows if r["round"] == rd and r["phase"] == "soak") == [1, 2, 3, 4],
+              f"round {rd} lacks an S")
+    n1 = len(rows)
+    # Resume continues the same file with later rounds, never repeating one.
+    p = run(base[:6] + ["6s"] + base[7:] + ["--resume"], timeout=120, expect=None)
+    check(p.returncode in (0, 1), f"resume exit {p.returncode}: {p.stderr}")
+    _, rows2, _ = read_sweep(out)
+    check(len(rows2) > n1 and rows2[:n1] == rows, "resume did not append")
+    keys = [(r["phase"], r["straddle"], r["round"]) for r in rows2]
+    check(len(set(keys)) == len(keys), "a round was repeated")
+    check("rounds in" in p.stdout and "an active round tears" in p.stdout or "TEARS" in p.stdout, p.stdout)
+    # Bad input: one line, exit 2, nothing written.
+    bad = os.path.join(out, "bad")
+    for extra, needle in ((["--for", "3x"], "not a duration"), (["--sentinel", "5000"], "below the soaked")):
+        args = ["soak", "--wait", "3200", "--out", bad, "--quiet"] + extra
+        q = run(args, expect=2, timeout=60)
+        check(needle in q.stderr and len(q.stderr.strip().splitlines()) == 1, q.stderr)
+        check(not os.path.exists(bad), "bad input wrote files")
+
+
 def t_stress_naive(out):
     run(["sweep", "--preset", "smoke", "--out", out, "--quiet", "--protocols", "naive", "--waits", "0",
          "--straddles", "1,2,3,4", "--toggles", "3000000", "--max-failures", "5", "--watchdog", "120"], timeout=900)
@@ -317,7 +348,7 @@ def t_stress_naive(out):
 
 TESTS = {"preset": t_preset, "hang": t_hang, "torn": t_torn, "crash": t_crash, "bad_input": t_bad_input,
          "resume": t_resume, "sigint": t_sigint, "calibrate": t_calibrate, "calibrate_resume": t_calibrate_resume, "stress_naive": t_stress_naive,
-         "control_fail": t_control_fail, "sigkill_resume": t_sigkill_resume}
+         "control_fail": t_control_fail, "sigkill_resume": t_sigkill_resume, "soak": t_soak}
 
 
 def main():
