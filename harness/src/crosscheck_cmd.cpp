@@ -257,11 +257,12 @@ Run from_reference(const reference::Result& x, std::uint64_t dwell) {
 // ---- summary ---------------------------------------------------------------------------
 
 struct Tally {
-  std::uint64_t tears = 0, exposed = 0, runs = 0, died = 0;
+  std::uint64_t tears = 0, exposed = 0, runs = 0, died = 0, traps = 0;
   std::map<unsigned, std::uint64_t> tears_by_round;
   void add(const Run& r) {
     tears += r.tears;
     exposed += r.exposed;
+    traps += r.traps;
     ++runs;
     died += (r.outcome == "crash" || r.outcome == "hang") ? 1 : 0;
     tears_by_round[r.round] += r.tears;
@@ -310,24 +311,31 @@ std::string rate_cell(const Tally& t) {
 }
 
 std::string table(const std::vector<SummaryRow>& rows, unsigned rounds) {
-  std::string s = fmt::format("{:>6} {:>3}  {:>16} {:<31}  {:>16} {:<31}  {:<22} {:>9}\n", "W", "S",
+  std::string s = fmt::format("{:>6} {:>3}  {:>16} {:<31}  {:>16} {:<31}  {:<22} {:>9}  {:>11}\n", "W", "S",
                               "harness t/exp", "rate [95% CI]", "reference t/exp", "rate [95% CI]",
-                              "ref/harness [95% CI]", "torn rnds");
+                              "ref/harness [95% CI]", "torn rnds", "traps/exp");
   for (const SummaryRow& row : rows) {
     const auto ratio = stats::rate_ratio(row.r.tears, row.r.exposed, row.h.tears, row.h.exposed);
     const std::string ratio_s = ratio.defined ? fmt::format("{} [{}, {}]", fmt_ratio(ratio.estimate),
                                                             fmt_ratio(ratio.lower), fmt_ratio(ratio.upper))
                                               : "- (no tears)";
-    s += fmt::format("{:>6} {:>3}  {:>16} {:<31}  {:>16} {:<31}  {:<22} {:>9}\n", row.wait,
+    auto per_exposed = [](const Tally& t) {
+      return t.exposed ? fmt::format("{:.2f}", static_cast<double>(t.traps) / static_cast<double>(t.exposed))
+                       : std::string("-");
+    };
+    s += fmt::format("{:>6} {:>3}  {:>16} {:<31}  {:>16} {:<31}  {:<22} {:>9}  {:>11}\n", row.wait,
                      row.straddle ? fmt::format("{}", *row.straddle) : std::string("all"),
                      fmt::format("{}/{}", row.h.tears, row.h.exposed), rate_cell(row.h),
                      fmt::format("{}/{}", row.r.tears, row.r.exposed), rate_cell(row.r), ratio_s,
-                     fmt::format("{}/{}", row.h.rounds_with_tears(), row.r.rounds_with_tears()));
+                     fmt::format("{}/{}", row.h.rounds_with_tears(), row.r.rounds_with_tears()),
+                     per_exposed(row.h) + "/" + per_exposed(row.r));
   }
   s += fmt::format(
       "t/exp: toggles with >= 1 fault / exposed toggles, summed over {} round(s). Intervals are exact\n"
       "(Clopper-Pearson; the ratio conditional on the total) and assume independent toggles; tears come\n"
-      "in bursts, so compare 'torn rnds' (rounds with >= 1 tear, harness/reference) before trusting them.\n",
+      "in bursts, so compare 'torn rnds' (rounds with >= 1 tear, harness/reference) before trusting them.\n"
+      "traps/exp (harness/reference): int3 hits per exposed toggle, how often an executor was fetching the\n"
+      "site while it was locked, the moment a stale line can tear.\n",
       rounds);
   return s;
 }
@@ -338,6 +346,7 @@ json tally_json(const Tally& t) {
               {"exposed", t.exposed},
               {"rate", stats::rate(t.tears, t.exposed)},
               {"ci95", {ci.lower, ci.upper}},
+              {"traps", t.traps},
               {"runs", t.runs},
               {"crash_or_hang_runs", t.died},
               {"rounds_with_tears", t.rounds_with_tears()}};

@@ -23,10 +23,12 @@
 // first new call after the read, yet it fetched the site in the patch window and re-ran
 // it right after the front store, the moment a stale line would tear.
 //
-// Attribution: the patcher stores the toggle number on a line of its own at the middle of
-// each dwell ("traps and faults from now on belong to the next toggle"); the handler reads
-// it only when it runs and sets that toggle's bit in a shared bitmap. Executors never read
-// it on the fast path.
+// Attribution: the patcher stores the toggle number on a line of its own just before the
+// int3 store; the handler reads it on entry, before waiting, and sets that toggle's bit in
+// a shared bitmap. Executors never read that line on the fast path, so the store stays in
+// the patcher's cache and does not touch the executors. (Storing it at mid-dwell instead
+// was tried first: under KVM a trap's signal can arrive more than half a dwell after the
+// int3, so two traps were charged to one toggle and traps per exposed toggle read 1.6.)
 #include "reference/reference_detector.hpp"
 
 #include <fmt/format.h>
@@ -203,8 +205,10 @@ std::uint64_t g_last_toggle = 0;
 // The toggle that traps and faults are charged to; the patcher's own line.
 alignas(64) std::atomic<std::uint64_t> g_current_toggle{0};
 
-void mark(std::atomic<std::uint64_t>* bits) {
-  const std::uint64_t k = std::min(g_current_toggle.load(std::memory_order_relaxed), g_last_toggle);
+std::uint64_t current_toggle() {
+  return std::min(g_current_toggle.load(std::memory_order_relaxed), g_last_toggle);
+}
+void mark(std::atomic<std::uint64_t>* bits, std::uint64_t k) {
   bits[k / 64].fetch_or(std::uint64_t{1} << (k % 64), std::memory_order_relaxed);
 }
 alignas(64) std::uint8_t g_stop_line[64] = {};  // [0] != 0: executors leave their loops
@@ -241,6 +245,7 @@ void on_signal(int sig, siginfo_t*, void* ucv) {
   const auto rip = static_cast<std::uintptr_t>(uc->uc_mcontext.gregs[REG_RIP]);
   ExecThread* t = tls_exec;
   const auto site = reinterpret_cast<std::uintptr_t>(g_site);
+  const std::uint64_t toggle = current_toggle();
   // int3 is a trap: RIP points after it (SDM Vol 3A 6.5).
   if (t != nullptr && sig == SIGTRAP && rip - 1 == site) {
     // The site is locked (or was, a moment ago): wait until the front store replaces the
@@ -248,7 +253,7 @@ void on_signal(int sig, siginfo_t*, void* ucv) {
     while (load1(g_site) == kOpInt3) cpu_pause();
     uc->uc_mcontext.gregs[REG_RIP] = static_cast<greg_t>(site);
     bump(t->counters->traps);
-    mark(g_trapped);
+    mark(g_trapped, toggle);
     errno = saved_errno;
     return;
   }
@@ -265,7 +270,7 @@ void on_signal(int sig, siginfo_t*, void* ucv) {
     case SIGBUS: bump(t->counters->sigbus); break;
     default: bump(t->counters->stray_trap); break;
   }
-  mark(g_failed);
+  mark(g_failed, toggle);
   uc->uc_mcontext.gregs[REG_RSP] = static_cast<greg_t>(t->args.loop_rsp);
   uc->uc_mcontext.gregs[REG_RIP] = reinterpret_cast<greg_t>(crossmod_ref_recover);
   errno = saved_errno;
@@ -413,7 +418,9 @@ class Child {
       const auto& next = to_b ? kStateB : kStateA;
       std::uint64_t t0 = 0;
       if (spec_.mode == Mode::protocol) {
-        // 1. Lock: int3 on byte 0; executors that fetch it trap and wait in on_signal().
+        // 1. Lock: int3 on byte 0; executors that fetch it trap and wait in on_signal(),
+        //    which charges the trap (or a tear) to the toggle named just before.
+        g_current_toggle.store(i, std::memory_order_relaxed);
         store1(g_site, kOpInt3);
         spin_until(rdtsc_after_stores() + w);
         // 2. Back part: bytes 1..4 (both sides of the boundary), one 4-byte store.
@@ -450,7 +457,6 @@ class Child {
         last[e] = v;
       }
       if (seen) b_->exposed[i / 64].fetch_or(std::uint64_t{1} << (i % 64), std::memory_order_relaxed);
-      g_current_toggle.store(i + 1 <= g_last_toggle ? i + 1 : g_last_toggle, std::memory_order_relaxed);
       b_->header->toggles.store(i + 1, std::memory_order_relaxed);
       spin_until(t0 + d);
     }
