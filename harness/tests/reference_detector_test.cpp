@@ -31,12 +31,12 @@ TEST(ReferenceDetector, GenerousWaitHasNoTearsAndSaneCounts) {
     Spec spec;
     spec.wait_ticks = 200000;
     spec.straddle = s;
-    spec.toggles = 200;
+    spec.toggles = 1000;  // ~0.15 s: long enough for a loaded scheduler to run the executor
     spec.dwell_ticks = 5000;
     spec.watchdog_s = 120;
     const Result r = run_reference(spec);
     ASSERT_EQ(r.outcome, "ok") << r.note;
-    EXPECT_EQ(r.toggles, 200u);
+    EXPECT_EQ(r.toggles, 1000u);
     EXPECT_EQ(r.tears, 0u);
     EXPECT_EQ(r.sigill + r.sigsegv + r.sigbus + r.stray_trap, 0u);
     EXPECT_GT(r.exposed, 0u) << "no toggle was exposed: the executor never ran";
