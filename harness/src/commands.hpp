@@ -26,5 +26,6 @@ void register_calibrate(CLI::App& app);
 void register_soak(CLI::App& app);
 void register_bench(CLI::App& app);
 void register_plot(CLI::App& app);
+void register_crosscheck(CLI::App& app);
 
 }  // namespace crossmod::harness

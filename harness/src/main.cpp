@@ -25,6 +25,7 @@ int main(int argc, char** argv) {
   crossmod::harness::register_soak(app);
   crossmod::harness::register_bench(app);
   crossmod::harness::register_plot(app);
+  crossmod::harness::register_crosscheck(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
