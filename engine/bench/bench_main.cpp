@@ -295,13 +295,16 @@ int run(const Options& opts) {
   // ---- Tmax: the calibrated config, or a loudly reported default.
   TmaxConfig cfg;
   ConfigError cerr;
-  Status ls = opts.tmax_config.empty() ? load_tmax_config_auto(&cfg, &cerr)
-                                       : load_tmax_config(opts.tmax_config, &cfg, &cerr);
+  // bench measures whatever Tmax it is given, bounded or not.
+  const TmaxLoadOptions any{.allow_unverified = true};
+  Status ls = opts.tmax_config.empty() ? load_tmax_config_auto(&cfg, &cerr, any)
+                                       : load_tmax_config(opts.tmax_config, &cfg, &cerr, any);
   if (ls != Status::ok) {
     std::string where = opts.tmax_config.empty() ? "$CROSSMOD_TMAX_CONFIG" : opts.tmax_config;
     throw harness::UsageError(
-        ls == Status::parse_error ? fmt::format("Tmax config: {}", cerr.to_string())
-                                  : fmt::format("Tmax config {}: {}", where, to_string(ls)));
+        ls == Status::parse_error || ls == Status::unverified
+            ? fmt::format("Tmax config: {}", cerr.to_string())
+            : fmt::format("Tmax config {}: {}", where, to_string(ls)));
   }
 
   harness::Topology topo = harness::Topology::load();
