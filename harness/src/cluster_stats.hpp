@@ -4,7 +4,10 @@
 //
 // Input per wait W: one RoundCount per round (tears and exposed toggles at W summed over
 // S, executors and placements; entries with the same `round` are merged). Rounds with no
-// exposed toggles carry no evidence and are dropped.
+// exposed toggles carry no evidence and are dropped. Leave out low-exposure cells as
+// calibrate already does: a round of n toggles adds 1/(e n) to the bound below.
+// The rate bound uses every round (its estimand is the mean over time); `active` matters
+// for the zero-tear claim. To bound the rate during active rounds only, pass only those.
 //
 // The upper bound on the mean tear rate per exposed toggle (cluster_upper_bound), and why:
 //   The estimand is mu = E[lambda], the mean over rounds of the round's tear rate lambda,

@@ -177,6 +177,20 @@ TEST(ClusterStats, BoundParts) {
   EXPECT_NEAR(all.rate_if_tearing_upper, clopper_pearson(17, 1800000, 0.02).upper, 1e-12);
 }
 
+TEST(ClusterStats, BoundMergesCellsOfOneRoundAndIgnoresOrder) {
+  // Round 5 reported as four cells (S = 1..4), given out of order: one tearing round.
+  std::vector<RoundCount> cells = {{5, 1, 25000, true}, {2, 0, 100000, true},  {5, 0, 25000, true},
+                                   {5, 2, 25000, true}, {9, 0, 100000, false}, {5, 0, 25000, true}};
+  const auto b = cluster_upper_bound(cells);
+  EXPECT_EQ(b.rounds, 3u);
+  EXPECT_EQ(b.tearing_rounds, 1u);
+  EXPECT_EQ(b.episodes, 1u);
+  EXPECT_EQ(b.tears, 3u);
+  EXPECT_EQ(b.exposed, 300000u);
+  const auto same = cluster_upper_bound(rounds_of({0, 3, 0}, 100000));
+  EXPECT_DOUBLE_EQ(b.upper, same.upper);
+}
+
 // ---- Coverage by simulation.
 
 constexpr std::uint64_t kRounds = 60;
