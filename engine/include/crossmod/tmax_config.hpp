@@ -22,8 +22,9 @@ inline constexpr int kTmaxSchemaVersion = 2;
 //   verdict = "not-established"  the run never saw the machine in its tearing state
 //   verdict = "unbounded"        tears up to the largest tested wait; use callpatch or
 //                                sync-core
-// Only "bounded" files must have [tmax] recommended_ticks, observed_ticks and tsc_hz; the
-// others may omit the [tmax] table (recommended_ticks is then 0: no Tmax to hand out).
+// "bounded" and version 1 files must have [tmax] recommended_ticks, observed_ticks and
+// tsc_hz. "not-established" and "unbounded" files may omit recommended_ticks (then
+// recommended_ticks is 0: no Tmax to hand out); if they give it, the rest is required too.
 enum class TmaxVerdict : std::uint8_t {
   bounded,
   not_established,
