@@ -295,13 +295,16 @@ int run(const Options& opts) {
   // ---- Tmax: the calibrated config, or a loudly reported default.
   TmaxConfig cfg;
   ConfigError cerr;
-  Status ls = opts.tmax_config.empty() ? load_tmax_config_auto(&cfg, &cerr)
-                                       : load_tmax_config(opts.tmax_config, &cfg, &cerr);
+  // bench measures whatever Tmax it is given, bounded or not, and reports the verdict.
+  const TmaxLoadOptions any{.allow_unverified = true};
+  Status ls = opts.tmax_config.empty() ? load_tmax_config_auto(&cfg, &cerr, any)
+                                       : load_tmax_config(opts.tmax_config, &cfg, &cerr, any);
   if (ls != Status::ok) {
     std::string where = opts.tmax_config.empty() ? "$CROSSMOD_TMAX_CONFIG" : opts.tmax_config;
     throw harness::UsageError(
-        ls == Status::parse_error ? fmt::format("Tmax config: {}", cerr.to_string())
-                                  : fmt::format("Tmax config {}: {}", where, to_string(ls)));
+        ls == Status::parse_error || ls == Status::unverified
+            ? fmt::format("Tmax config: {}", cerr.to_string())
+            : fmt::format("Tmax config {}: {}", where, to_string(ls)));
   }
 
   harness::Topology topo = harness::Topology::load();
@@ -363,8 +366,8 @@ int run(const Options& opts) {
   const std::uint64_t timer_ticks = timer_overhead_ticks();
   fmt::print("  empty rdtscp bracket {} ticks (median; included in, not subtracted from, latency "
              "samples)\n", timer_ticks);
-  fmt::print("  Tmax {} ticks ({:.0f} ns) from {}\n", e.tmax_ticks,
-             ticks_to_ns(static_cast<double>(e.tmax_ticks)), e.tmax_source);
+  fmt::print("  Tmax {} ticks ({:.0f} ns) from {}, verdict {}\n", e.tmax_ticks,
+             ticks_to_ns(static_cast<double>(e.tmax_ticks)), e.tmax_source, to_string(cfg.verdict));
   fmt::print("  patcher PU {}; executor PUs {} (latency n=1: {}); throughput executors 1..{}\n",
              a1.patcher_pu, join(an.executor_pus), join(a1.executor_pus), e.max_executors);
   fmt::print("  output {}\n", json_path);
@@ -397,6 +400,7 @@ int run(const Options& opts) {
   benchmark::AddCustomContext("tmax_is_default", e.tmax_is_default ? "true" : "false");
   benchmark::AddCustomContext("tmax_machine", cfg.machine);
   benchmark::AddCustomContext("tmax_observed_ticks", std::to_string(cfg.observed_ticks));
+  benchmark::AddCustomContext("tmax_verdict", to_string(cfg.verdict));
   benchmark::AddCustomContext("topology", topo.summary());
   benchmark::AddCustomContext("placement", "spread");
   benchmark::AddCustomContext("patcher_pu", std::to_string(a1.patcher_pu));

@@ -18,6 +18,7 @@ const char* to_string(Status s) noexcept {
     case Status::table_full: return "table_full";
     case Status::not_found: return "not_found";
     case Status::parse_error: return "parse_error";
+    case Status::unverified: return "unverified";
   }
   return "unknown";
 }

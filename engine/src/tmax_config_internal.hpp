@@ -12,6 +12,7 @@ namespace crossmod::detail {
 // `env_path`: the value of $CROSSMOD_TMAX_CONFIG or nullptr/"" when unset; `dirs`: the
 // directories searched, in order, for `<slug>.toml`.
 Status resolve_tmax_config(const char* env_path, const std::vector<std::string>& dirs,
-                           const std::string& slug, TmaxConfig* out, ConfigError* err) noexcept;
+                           const std::string& slug, TmaxConfig* out, ConfigError* err,
+                           const TmaxLoadOptions& options = {}) noexcept;
 
 }  // namespace crossmod::detail

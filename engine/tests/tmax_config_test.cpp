@@ -18,6 +18,11 @@ namespace {
 
 namespace fs = std::filesystem;
 
+// kValid is a schema_version 1 (legacy) file and the built-in default is unverified: these
+// tests are about parsing and resolution, so they opt in (tmax_verdict_test.cpp covers the
+// refusal).
+const TmaxLoadOptions kAllow{.allow_unverified = true};
+
 const char* const kValid = R"(# written by crossmod calibrate
 schema_version = 1
 
@@ -70,7 +75,7 @@ TEST_F(TmaxConfigTest, ValidFileLoads) {
   const std::string path = write("ok.toml", kValid);
   TmaxConfig cfg;
   ConfigError err;
-  ASSERT_EQ(load_tmax_config(path, &cfg, &err), Status::ok) << err.to_string();
+  ASSERT_EQ(load_tmax_config(path, &cfg, &err, kAllow), Status::ok) << err.to_string();
   EXPECT_EQ(cfg.recommended_ticks, 1600u);
   EXPECT_EQ(cfg.observed_ticks, 800u);
   EXPECT_DOUBLE_EQ(cfg.recommended_ns, 615.4);
@@ -88,7 +93,7 @@ TEST_F(TmaxConfigTest, OptionalFieldsMayBeAbsentAndIntegerHzIsAccepted) {
                                  "tsc_hz = 3000000000\n");
   TmaxConfig cfg;
   ConfigError err;
-  ASSERT_EQ(load_tmax_config(path, &cfg, &err), Status::ok) << err.to_string();
+  ASSERT_EQ(load_tmax_config(path, &cfg, &err, kAllow), Status::ok) << err.to_string();
   EXPECT_EQ(cfg.recommended_ticks, 3000u);
   EXPECT_DOUBLE_EQ(cfg.recommended_ns, 1000.0) << "derived from ticks and tsc_hz";
   EXPECT_TRUE(cfg.margin_rule.empty());
@@ -132,7 +137,7 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(
         FieldCase{"schema_version", "", "schema_version", 0},
         FieldCase{"schema_version", "schema_version = \"1\"", "schema_version", 2},
-        FieldCase{"schema_version", "schema_version = 2", "schema_version", 2},
+        FieldCase{"schema_version", "schema_version = 3", "schema_version", 2},
         FieldCase{"slug", "", "machine.slug", 4},
         FieldCase{"slug", "slug = 7", "machine.slug", 5},
         FieldCase{"recommended_ticks", "", "tmax.recommended_ticks", 9},
@@ -165,7 +170,8 @@ TEST_F(TmaxConfigTest, ResolutionOrder) {
   ConfigError err;
 
   // Nothing anywhere: the default, flagged as such.
-  ASSERT_EQ(detail::resolve_tmax_config(nullptr, {first, second}, slug, &cfg, &err), Status::ok);
+  ASSERT_EQ(detail::resolve_tmax_config(nullptr, {first, second}, slug, &cfg, &err, kAllow),
+            Status::ok);
   EXPECT_TRUE(cfg.is_default);
   EXPECT_EQ(cfg.recommended_ticks, kDefaultTmaxTicks);
   EXPECT_EQ(cfg.recommended_ticks, 3000u);
@@ -173,16 +179,18 @@ TEST_F(TmaxConfigTest, ResolutionOrder) {
 
   // The second directory is used when the first has no file; the first wins when it has.
   write("b/test-slug.toml", edit("recommended_ticks", "recommended_ticks = 222"));
-  ASSERT_EQ(detail::resolve_tmax_config("", {first, second}, slug, &cfg, &err), Status::ok);
+  ASSERT_EQ(detail::resolve_tmax_config("", {first, second}, slug, &cfg, &err, kAllow),
+            Status::ok);
   EXPECT_EQ(cfg.recommended_ticks, 222u);
   write("a/test-slug.toml", edit("recommended_ticks", "recommended_ticks = 111"));
-  ASSERT_EQ(detail::resolve_tmax_config(nullptr, {first, second}, slug, &cfg, &err), Status::ok);
+  ASSERT_EQ(detail::resolve_tmax_config(nullptr, {first, second}, slug, &cfg, &err, kAllow),
+            Status::ok);
   EXPECT_EQ(cfg.recommended_ticks, 111u);
   EXPECT_FALSE(cfg.is_default);
 
   // The environment variable overrides both.
   const std::string env = write("env.toml", edit("recommended_ticks", "recommended_ticks = 333"));
-  ASSERT_EQ(detail::resolve_tmax_config(env.c_str(), {first, second}, slug, &cfg, &err),
+  ASSERT_EQ(detail::resolve_tmax_config(env.c_str(), {first, second}, slug, &cfg, &err, kAllow),
             Status::ok);
   EXPECT_EQ(cfg.recommended_ticks, 333u);
   EXPECT_EQ(cfg.source, env);
@@ -212,7 +220,7 @@ TEST_F(TmaxConfigTest, EnvironmentNamingABadFileIsAnError) {
 
   const std::string good = write("good.toml", kValid);
   ASSERT_EQ(setenv("CROSSMOD_TMAX_CONFIG", good.c_str(), 1), 0);
-  ASSERT_EQ(load_tmax_config_auto(&cfg, &err), Status::ok);
+  ASSERT_EQ(load_tmax_config_auto(&cfg, &err, kAllow), Status::ok);
   EXPECT_EQ(cfg.recommended_ticks, 1600u);
 
   if (saved != nullptr) {
@@ -236,7 +244,7 @@ TEST_F(TmaxConfigTest, AutoFromAnEmptyDirectoryUsesTheSourceTreeOrTheDefault) {
   fs::current_path(dir_);
   TmaxConfig cfg;
   ConfigError err;
-  const Status s = load_tmax_config_auto(&cfg, &err);
+  const Status s = load_tmax_config_auto(&cfg, &err, kAllow);
   fs::current_path(cwd);
   if (saved != nullptr) setenv("CROSSMOD_TMAX_CONFIG", saved_value.c_str(), 1);
   ASSERT_EQ(s, Status::ok) << err.to_string();
@@ -271,7 +279,10 @@ TEST(CommittedTmaxConfigs, EveryFileLoads) {
     ++files;
     crossmod::TmaxConfig cfg;
     crossmod::ConfigError err;
-    ASSERT_EQ(crossmod::load_tmax_config(e.path().string(), &cfg, &err), crossmod::Status::ok)
+    // Legacy (schema_version 1) files are unverified but must still load.
+    ASSERT_EQ(crossmod::load_tmax_config(e.path().string(), &cfg, &err,
+                                         crossmod::TmaxLoadOptions{.allow_unverified = true}),
+              crossmod::Status::ok)
         << err.to_string();
     EXPECT_FALSE(cfg.is_default);
     EXPECT_EQ(cfg.machine, e.path().stem().string());

@@ -189,7 +189,6 @@ double ns_1dp(std::uint64_t ticks, double hz) {
   return std::round(static_cast<double>(ticks) * 1e10 / hz) / 10;
 }
 
-std::uint64_t round_up(std::uint64_t v, std::uint64_t m) { return (v + m - 1) / m * m; }
 
 }  // namespace
 

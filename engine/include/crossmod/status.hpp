@@ -19,6 +19,8 @@ enum class [[nodiscard]] Status : std::uint8_t {
   table_full,     // the lock-free site table has no free slot
   not_found,      // a config file or section does not exist
   parse_error,    // a config file is malformed or misses a field
+  unverified,     // a Tmax config whose verdict is not "bounded" (or the built-in default)
+                  // was refused; the output is still filled so callers can show it
 };
 
 const char* to_string(Status s) noexcept;
