@@ -12,6 +12,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "cluster_stats.hpp"
 #include "stats.hpp"
 #include "sweep.hpp"
 
@@ -442,7 +443,7 @@ VerdictReport decide_verdict(const std::vector<ResultRow>& rows, const Calibrate
   const WaitRounds& a = v.at_observed;
   v.sentinel_tears_in_active = a.sentinel_tears;
   const std::uint64_t ra = a.evidence_active_rounds;
-  v.active_round_bound = ra ? 1 - std::pow(0.05, 1.0 / static_cast<double>(ra)) : 1.0;
+  v.active_round_bound = stats::active_round_tear_fraction_upper(ra);
   v.evidence = fmt::format(
       "0 tears at W = {} in {} exposed toggles; {} of its {} rounds were active (the sentinel tore {} times in "
       "them): an active round tears at W = {} with probability < {:.2g} (95%)",
@@ -577,32 +578,47 @@ CalibrateOutcome run_calibration(const SweepConfig& cfg, CalibrateEnv& env) {
   return out;
 }
 
-std::string rounds_table(const std::vector<ResultRow>& rows) {
-  std::string out = fmt::format("{:>7} {:>7} {:>7} {:>9} {:>22} {:>22}  {}\n", "W", "rounds", "active",
-                                "tearing", "tears/exposed (all)", "tears/exposed (active)", "dispersion");
-  for (const auto& [w, r] : wait_rounds(rows)) {
-    // Pearson X^2 / (R - 1) across rounds: ~1 when tears are independent of the round,
-    // >> 1 when they come in bursts.
-    std::string disp = "-";
-    if (r.tears > 0 && r.per_round.size() >= 2 && r.exposed > 0) {
-      const double p = static_cast<double>(r.tears) / static_cast<double>(r.exposed);
-      double x2 = 0;
-      std::size_t used = 0;
-      for (const auto& rr : r.per_round) {
-        if (rr.exposed == 0) continue;
-        const double e = static_cast<double>(rr.exposed) * p;
-        const double var = e * (1 - p);
-        if (var > 0) {
-          x2 += (static_cast<double>(rr.tears) - e) * (static_cast<double>(rr.tears) - e) / var;
-          ++used;
-        }
-      }
-      if (used >= 2) disp = fmt::format("{:.1f}", x2 / static_cast<double>(used - 1));
-    }
-    out += fmt::format("{:>7} {:>7} {:>7} {:>9} {:>22} {:>22}  {}\n", w, r.rounds, r.active_rounds,
-                       r.tearing_rounds, fmt::format("{}/{}", r.tears, r.exposed),
-                       fmt::format("{}/{}", r.active_tears, r.active_exposed), disp);
+std::vector<stats::RoundCount> round_counts(const WaitRounds& w) {
+  std::vector<stats::RoundCount> out;
+  for (const auto& r : w.per_round) {
+    stats::RoundCount c;
+    // Rows without a round (schema 1) have negative keys: park them far from real rounds
+    // so they never form an episode with one.
+    c.round = r.round >= 0 ? static_cast<std::uint64_t>(r.round)
+                           : (std::uint64_t{1} << 62) + static_cast<std::uint64_t>(-r.round);
+    c.tears = r.tears;
+    c.exposed = r.exposed;
+    c.active = r.active;
+    out.push_back(c);
   }
+  return out;
+}
+
+std::string rounds_table(const std::vector<ResultRow>& rows) {
+  std::string out = fmt::format("{:>7} {:>6} {:>6} {:>7} {:>20} {:>20} {:>10}  {}\n", "W", "rounds", "active",
+                                "tearing", "tears/exposed", "in active rounds", "dispersion",
+                                "95% upper bound (rounds as units)");
+  for (const auto& [w, r] : wait_rounds(rows)) {
+    const auto counts = round_counts(r);
+    // Pearson X^2 / (R - 1) across rounds: ~1 when tears are independent of the round,
+    // >> 1 when they come in bursts (cluster_stats.hpp).
+    const stats::Overdispersion od = stats::overdispersion_test(counts);
+    const std::string disp = od.testable ? fmt::format("{:.1f}{}", od.dispersion, od.overdispersed ? "*" : "") : "-";
+    std::string bound;
+    if (r.tears == 0) {
+      bound = fmt::format("P(an active round tears) < {:.2g}",
+                          stats::active_round_tear_fraction_upper(r.evidence_active_rounds));
+    } else {
+      const stats::ClusterBound cb = stats::cluster_upper_bound(counts);
+      bound = fmt::format("rate < {:.3g} per exposed toggle{}", cb.upper,
+                          cb.heterogeneity_assessed ? "" : " (one burst: spread unknown)");
+    }
+    out += fmt::format("{:>7} {:>6} {:>6} {:>7} {:>20} {:>20} {:>10}  {}\n", w, r.rounds, r.active_rounds,
+                       r.tearing_rounds, fmt::format("{}/{}", r.tears, r.exposed),
+                       fmt::format("{}/{}", r.active_tears, r.active_exposed), disp, bound);
+  }
+  out += "  dispersion: Pearson X^2/(R-1) across rounds, ~1 if tears were independent of time; * = overdispersed "
+         "(p < 0.05)\n";
   return out;
 }
 

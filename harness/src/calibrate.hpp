@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "cluster_stats.hpp"
 #include "preset.hpp"
 #include "results_io.hpp"
 
@@ -179,7 +180,11 @@ struct CalibrateOutcome {
 
 CalibrateOutcome run_calibration(const SweepConfig& cfg, CalibrateEnv& env);
 
-// Per W: rounds (active), tearing rounds, tears/exposed in all and in active rounds.
+// One W's rounds in the form cluster_stats.hpp takes.
+std::vector<stats::RoundCount> round_counts(const WaitRounds& w);
+
+// Per W: rounds (active), tearing rounds, tears/exposed in all and in active rounds, the
+// overdispersion across rounds and a bound that holds under clustering.
 std::string rounds_table(const std::vector<ResultRow>& rows);
 
 // Seconds per toggle model used to size cells from a time slot: per protocol, a base cost

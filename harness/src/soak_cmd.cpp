@@ -201,15 +201,15 @@ void run_soak(const SoakArgs& a) {
   const auto it = by.find(w);
   const WaitRounds at = it == by.end() ? WaitRounds{} : it->second;
   if (tears_at_w > 0) {
-    const auto ci = stats::clopper_pearson(std::min(at.tears, at.exposed), at.exposed);
-    fmt::print("\nTEARS at W={}: {} failing toggles in {} exposed ({} of {} rounds tore, {} of them active); per-toggle "
-               "rate {:.3g} [{:.3g}, {:.3g}] if toggles were independent (they are not: see the rounds)\n",
+    const stats::ClusterBound cb = stats::cluster_upper_bound(round_counts(at));
+    fmt::print("\nTEARS at W={}: {} failing toggles in {} exposed ({} of {} rounds tore, {} of them active); "
+               "rate {:.3g} per exposed toggle, < {:.3g} at 95% with rounds as units\n",
                w, at.tears, at.exposed, at.tearing_rounds, at.rounds, at.active_tearing_rounds,
-               stats::rate(at.tears, at.exposed), ci.lower, ci.upper);
+               stats::rate(at.tears, at.exposed), cb.upper);
     fmt::print(stderr, "soak: W={} is NOT safe on this machine; calibrate again (its evidence now includes this soak)\n",
                w);
   } else {
-    const double bound = at.evidence_active_rounds ? 1 - std::pow(0.05, 1.0 / static_cast<double>(at.evidence_active_rounds)) : 1.0;
+    const double bound = stats::active_round_tear_fraction_upper(at.evidence_active_rounds);
     fmt::print("\n0 tears at W={} in {} exposed toggles over {} rounds; {} were active (the sentinel tore {} times "
                "in them): an active round tears at W={} with probability < {:.2g} (95%)\n",
                w, at.exposed, at.rounds, at.evidence_active_rounds, at.sentinel_tears, w, bound);

@@ -17,6 +17,7 @@
 
 #include <fmt/format.h>
 
+#include "cluster_stats.hpp"
 #include "commands.hpp"
 #include "stats.hpp"
 
@@ -294,11 +295,25 @@ std::string summary_table(const std::vector<ResultRow>& rows) {
                                 "failures", "crash", "hang", "low", "failure rate per exposed toggle (95%)");
   for (const auto& [k, a] : groups) {
     const auto& [phase, proto, w] = k;
+    // Tears come in bursts: when rows carry rounds and the counts vary across them more
+    // than a binomial allows, an i.i.d. interval would be a false claim (issue 9).
+    std::vector<stats::RoundCount> counts;
+    for (std::size_t i = 0; i < rows.size(); ++i) {
+      const auto& r = rows[i];
+      if (r.phase != phase || r.protocol != proto || r.wait_ticks != w || r.round < 0) continue;
+      counts.push_back({static_cast<std::uint64_t>(r.round), r.failures, r.low_exposure ? 0 : r.exposed_toggles, false});
+    }
+    const stats::Overdispersion od = stats::overdispersion_test(counts);
     std::string rate;
     if (a.exposed == 0) {
       rate = "no exposed toggles";
     } else if (a.failures == 0) {
-      rate = fmt::format("0 in {}, p < {:.3g}", a.exposed, stats::zero_failure_upper_bound(a.exposed));
+      rate = counts.empty() ? fmt::format("0 in {}, p < {:.3g} if toggles were independent", a.exposed,
+                                          stats::zero_failure_upper_bound(a.exposed))
+                            : fmt::format("0 in {} ({} rounds)", a.exposed, od.rounds);
+    } else if (od.overdispersed) {
+      rate = fmt::format("{:.3g}, bursty (dispersion {:.0f}): < {:.3g} with rounds as units",
+                         stats::rate(a.failures, a.exposed), od.dispersion, stats::cluster_upper_bound(counts).upper);
     } else {
       const auto ci = stats::clopper_pearson(std::min(a.failures, a.exposed), a.exposed);
       rate = fmt::format("{:.3g} [{:.3g}, {:.3g}]", stats::rate(a.failures, a.exposed), ci.lower, ci.upper);
