@@ -28,7 +28,7 @@ class UsageError(Exception):
 
 PLOT_NAMES = ("failure_rate", *(f"heatmap_{p}" for p in loaders.PROTOCOLS), "controls",
               "latency_hist", "latency_cdf", "throughput_rate", "throughput_executors", "invocation",
-              "tmax_overlay")
+              "tmax_overlay", "timeline")
 
 
 @dataclass
@@ -168,6 +168,7 @@ def process_folder(folder: Path, out_dir: Path, svg: bool, all_sweeps: bool,
     if sweep is not None:
         floor = plots.global_rate_floor(sweep) if sweep.valid else None
         _run("failure_rate", lambda: plots.failure_rate(sweep, machine, tmax, out_dir, svg), result, out_dir)
+        _run("timeline", lambda: plots.timeline(sweep, machine, out_dir, svg), result, out_dir)
         for protocol in loaders.PROTOCOLS:
             _run(f"heatmap_{protocol}",
                  lambda p=protocol: plots.heatmap(sweep, machine, p, out_dir, svg, floor), result, out_dir)

@@ -779,3 +779,56 @@ def tmax_overlay(machines: list[tuple[Machine, Sweep, Optional[TmaxConfig]]], ou
     ax.legend(handles=handles + _legend_kinds() + extra, fontsize=7, loc="upper center",
               bbox_to_anchor=(0.5, -0.12), ncol=2, frameon=False)
     return _save(fig, out_dir, "tmax_overlay", svg, top=0.92)
+
+
+def timeline(sweep: Sweep, machine: Machine, out_dir: Path, svg: bool = True) -> list[Path]:
+    """Tears over wall-clock time per wordpatch W, with steal and the core-to-core sample
+    of every cell underneath: bursts of tearing, and what the machine was doing then, are
+    visible at a glance (issue 9). Needs results schema 2 (start_utc_ms per cell)."""
+    rows = [r for r in sweep.valid if r.get("start_utc_ms")]
+    if not rows:
+        raise Skip("no cell records its start time (results schema 1 files only)")
+    t0 = min(r["start_utc_ms"] for r in rows)
+    minutes = lambda r: (r["start_utc_ms"] - t0) / 60000.0  # noqa: E731
+    wp = [r for r in rows if r["protocol"] == "wordpatch"]
+    if not wp:
+        raise Skip("no wordpatch cells with a start time")
+    waits = sorted({r["wait_ticks"] for r in wp})
+    ypos = {w: i for i, w in enumerate(waits)}
+    fig, axes = _figure("Tears over time per wait W, with the machine's state",
+                        machine.subtitle(sweep.source_label), nrows=3, ncols=1,
+                        figsize=(10.0, 8.0), sharex=True,
+                        gridspec_kw={"height_ratios": [3, 1, 1]})
+    ax, ax_steal, ax_c2c = axes[0][0], axes[1][0], axes[2][0]
+    clean = [r for r in wp if not (r["failures"] or r["crash"] or r["hang"])]
+    torn = [r for r in wp if r["failures"] or r["crash"] or r["hang"]]
+    ax.scatter([minutes(r) for r in clean], [ypos[r["wait_ticks"]] for r in clean], s=6, marker="|",
+               color="#bbbbbb", label="cell, no tear")
+    sentinel = [r for r in torn if r["phase"] == "sentinel"]
+    other = [r for r in torn if r["phase"] != "sentinel"]
+    for group, color, label in ((other, "#d62728", "cell with tears (size: failing toggles)"),
+                                (sentinel, "#ff7f0e", "sentinel cell with tears")):
+        if group:
+            ax.scatter([minutes(r) for r in group], [ypos[r["wait_ticks"]] for r in group],
+                       s=[12 + 10 * math.sqrt(max(1, r["failures"])) for r in group], color=color,
+                       alpha=0.8, edgecolors="none", label=label)
+    ax.set_yticks(range(len(waits)))
+    ax.set_yticklabels([str(w) for w in waits])
+    ax.set_ylabel("W (ticks)")
+    ax.grid(axis="x", alpha=0.3)
+    ax.legend(loc="upper left", fontsize=7, ncol=3, bbox_to_anchor=(0, 1.13), frameon=False)
+    steal = [(minutes(r), r["steal_ms"] / max(r["duration_s"], 1e-3) / 10.0) for r in rows
+             if r.get("steal_ms") is not None]
+    if steal:
+        ax_steal.plot([s[0] for s in steal], [s[1] for s in steal], ".", ms=2, color="#7f7f7f")
+    ax_steal.set_ylabel("steal\n(% of a PU)")
+    ax_steal.grid(alpha=0.3)
+    c2c = [(minutes(r), r["c2c_ticks"]) for r in rows if r.get("c2c_ticks") is not None]
+    if c2c:
+        ax_c2c.plot([c[0] for c in c2c], [c[1] for c in c2c], ".", ms=2, color="#1f77b4")
+    ax_c2c.set_ylabel("c2c one-way\n(ticks)")
+    ax_c2c.set_xlabel("minutes since the first cell")
+    ax_c2c.grid(alpha=0.3)
+    if not steal and not c2c:
+        ax_steal.text(0.5, 0.5, "no steal or c2c samples", transform=ax_steal.transAxes, ha="center")
+    return _save(fig, out_dir, "timeline", svg, top=0.88)

@@ -76,7 +76,10 @@ def make_sweep_rows(slug: str, seed: int = 1) -> list[dict]:
                   state_a=executions // 2, state_b=executions - executions // 2,
                   traps=exposed * rng.randint(1, 4) if protocol in ("wordpatch", "sync-core") else 0,
                   sigill=failures, failures=failures, outcome=outcome,
-                  duration_s=f"{toggles * 2.1e-5 + 0.05:.3f}", patcher_pu=0, executor_pus=pus)
+                  duration_s=f"{toggles * 2.1e-5 + 0.05:.3f}", patcher_pu=0, executor_pus=pus,
+                  # schema 2: the machine's state (one cell every ~2 s)
+                  start_utc_ms=1795000000000 + 2000 * len(rows), steal_ms=rng.choice([0, 0, 0, 10, 20]),
+                  c2c_ticks=rng.choice([65, 70, 338]), round=len(rows) // 20)
         if failures:
             kw.update(first_fault_pc_offset=str(64 - straddle), first_fault_bytes="0f 1f 44 45 fb")
         if failures > 50:

@@ -65,6 +65,7 @@ def test_version_1_files_still_load(tmp_path):
 def test_version_2_machine_state_columns_are_typed(tmp_path):
     rows = make_sweep_rows(INTEL)[:2]
     rows[0].update(start_utc_ms=1795000000123, steal_ms=20, c2c_ticks=338, round=4)
+    rows[1].update(steal_ms="")
     sweep = loaders.load_sweep(_sweep_file(tmp_path, rows))
     assert sweep.rows[0]["start_utc_ms"] == 1795000000123 and sweep.rows[0]["round"] == 4
     assert sweep.rows[0]["c2c_ticks"] == 338.0 and sweep.rows[1]["steal_ms"] is None

@@ -8,7 +8,7 @@ from analysis.tests.conftest import AMD, INTEL, assert_real_png
 
 MACHINE = plots.Machine(INTEL, "Intel(R) Xeon(R) Gold 6248 CPU @ 2.50GHz", 2.5e9)
 ALL_PLOTS = ["failure_rate", "controls", "latency_hist", "latency_cdf", "throughput_rate",
-             "throughput_executors", "invocation"] + [f"heatmap_{p}" for p in loaders.PROTOCOLS]
+             "throughput_executors", "invocation", "timeline"] + [f"heatmap_{p}" for p in loaders.PROTOCOLS]
 
 
 @pytest.mark.parametrize("name", ALL_PLOTS)
@@ -34,6 +34,15 @@ def test_overlay_function(intel_data, tree, tmp_path):
     assert_real_png(png)
     with pytest.raises(plots.Skip):
         plots.tmax_overlay([(MACHINE, intel_data["sweep"], None)], tmp_path, svg=False)
+
+
+def test_timeline_needs_schema_2_rows(intel_data, tmp_path):
+    (png,) = plots.timeline(intel_data["sweep"], MACHINE, tmp_path, svg=False)
+    assert_real_png(png)
+    old = loaders.Sweep(path=intel_data["sweep"].path, context={}, context_path=None,
+                        rows=[dict(r, start_utc_ms=None) for r in intel_data["sweep"].rows])
+    with pytest.raises(plots.Skip, match="schema 1"):
+        plots.timeline(old, MACHINE, tmp_path, svg=False)
 
 
 def test_skips_when_inputs_absent(intel_data, tmp_path):
