@@ -24,7 +24,9 @@
 //   dwell_ticks     the dwell (the harness's actual dwell; both are given it explicitly)
 //   executors       N
 //   state_a,state_b completed calls that ran the call / the NOP
-//   traps           int3 hits on the locked site (waited and re-executed)
+//   traps           int3 hits at the site: for the harness the engine's locked and late
+//                   traps together (a hit whose signal arrives after the front store is
+//                   "late": under KVM delivery takes longer than a 2 x 1600-tick window)
 //   sigill,sigsegv,sigbus,stray_trap   faults by class
 //   patcher_pu      OS CPU of the patcher; executor_pus: ';'-joined
 //   note            quoted; why for anything but ok
@@ -219,7 +221,7 @@ Run from_cell(const CellResult& c) {
   r.dwell = c.dwell_ticks;
   r.state_a = c.state_a;
   r.state_b = c.state_b;
-  r.traps = c.traps;
+  r.traps = c.traps + c.late_traps;
   r.sigill = c.sigill;
   r.sigsegv = c.sigsegv;
   r.sigbus = c.sigbus;
