@@ -78,13 +78,15 @@ struct CellResult {
   unsigned site_line_offset = 0;            // site address mod line size
 };
 
-struct RunContext {
+// What a cell runs on. Not the run's context file: that is SweepContext (run_context.hpp).
+struct CellEnv {
   const Topology* topology = nullptr;
-  bool verbose = false;
 };
+// Transitional: calibrate_cmd.cpp still spells the old name; remove with that file's rewrite.
+using RunContext = CellEnv;
 
 // Runs one cell in a forked child. Never throws for a failing cell: crashes, hangs and
 // setup refusals (blind cell) are outcomes.
-CellResult run_cell(const CellSpec& spec, const RunContext& ctx);
+CellResult run_cell(const CellSpec& spec, const CellEnv& ctx);
 
 }  // namespace crossmod::harness
