@@ -9,7 +9,7 @@ cd "$(dirname "$0")/.."
 packages=(
   build-essential cmake ninja-build pkg-config git
   libgtest-dev libgmock-dev libbenchmark-dev
-  libfmt-dev libcli11-dev libtomlplusplus-dev libzydis-dev libhwloc-dev
+  libfmt-dev libcli11-dev libtomlplusplus-dev libzydis-dev libhwloc-dev nlohmann-json3-dev
   python3 python3-matplotlib python3-numpy python3-pytest
 )
 
