@@ -98,7 +98,7 @@ TEST_P(CallPatchSplit, ByteExactStatesAndRoundTrips) {
 TEST_P(CallPatchSplit, BadBytesAreRefused) {
   const unsigned split = GetParam();
   TestSite ts(split);
-  std::memcpy(ts.site(), x86::kNop5Prefixed.data(), 5);  // neither the call nor inactive
+  std::memcpy(ts.site(), testsupport::kNop5Prefixed.data(), 5);  // neither the call nor inactive
   CallSite cs;
   EXPECT_EQ(CallSite::prepare(ts.site(), ts.target(), &cs), Status::bad_bytes);
   // A call to some other target is not this site's call either.

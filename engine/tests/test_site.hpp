@@ -1,5 +1,5 @@
-// Test helpers: a probe site `xor eax,eax; <5 bytes>; ret` built in a CodeBlock so that S
-// of the 5 bytes lie before a cache-line boundary, a call target `mov eax,1; ret`, and an
+// Test helpers: a probe site (testsupport::write_entry) built in a CodeBlock so that S
+// of the 5 bytes lie before a cache-line boundary, a call target (write_stub), and an
 // executor loop that counts which state ran. Executors run on plain threads; a torn
 // instruction faults and crashes the test binary, which ctest reports as a failure.
 #pragma once
@@ -14,15 +14,16 @@
 #include <vector>
 
 #include "crossmod/code_memory.hpp"
+#include "crossmod/testsupport/site_code.hpp"
 #include "crossmod/x86.hpp"
 
 namespace crossmod::test {
 
-using Bytes5 = std::array<std::uint8_t, 5>;
+using testsupport::Bytes5;
 
 class TestSite {
  public:
-  using EntryFn = int (*)();
+  using EntryFn = testsupport::EntryFn;
 
   // straddle S in 0..4; `nop_state` true starts with `state_b` instead of the call.
   // The call target sits ~16.8 MiB away in a second block so that no rel32 byte is 00.
@@ -31,33 +32,29 @@ class TestSite {
       : straddle_(straddle), state_b_(state_b) {
     const std::size_t line = x86::cache_line_size();
     EXPECT_EQ(CodeBlock::allocate(kBlockSize, nullptr, &block_), Status::ok);
-    std::memset(block_.data(), x86::kInvalid64, block_.size());
+    testsupport::fill_invalid({block_.data(), block_.size()});
     // Target: a second block placed near the first, preferably > 16 MiB away so every
     // rel32 byte is non-zero; falls back to a block inside the first one.
     std::uint8_t* boundary = block_.data() + boundary_offset;
     site_ = straddle == 0 ? boundary + 16 : boundary - straddle;
     EXPECT_EQ(x86::straddle_split(reinterpret_cast<std::uintptr_t>(site_), 5), straddle)
         << "line " << line;
-    entry_ = site_ - sizeof x86::kXorEaxEax;
-    std::memcpy(entry_, x86::kXorEaxEax, sizeof x86::kXorEaxEax);
-    site_[5] = x86::kRet;
     if (CodeBlock::allocate(4096, block_.data() + (std::size_t{17} << 20), &target_block_) ==
         Status::ok) {
       target_ = target_block_.data();
     } else {
       target_ = block_.data() + kBlockSize - 64;
     }
-    const std::uint8_t stub[6] = {x86::kMovEaxImm32, 1, 0, 0, 0, x86::kRet};
-    std::memcpy(target_, stub, sizeof stub);
+    testsupport::write_stub(target_);
     EXPECT_EQ(x86::encode_call(reinterpret_cast<std::uintptr_t>(site_),
                                reinterpret_cast<std::uintptr_t>(target_), &state_a_),
               Status::ok);
-    std::memcpy(site_, start_with_b ? state_b_.data() : state_a_.data(), 5);
+    entry_ = testsupport::write_entry(site_, start_with_b ? state_b_ : state_a_);
   }
 
   std::uint8_t* site() const { return site_; }
   const std::uint8_t* target() const { return target_; }
-  EntryFn entry() const { return reinterpret_cast<EntryFn>(entry_); }
+  EntryFn entry() const { return entry_; }
   const Bytes5& state_a() const { return state_a_; }
   const Bytes5& state_b() const { return state_b_; }
   unsigned straddle() const { return straddle_; }
@@ -80,7 +77,7 @@ class TestSite {
   CodeBlock block_;
   CodeBlock target_block_;
   std::uint8_t* site_ = nullptr;
-  std::uint8_t* entry_ = nullptr;
+  EntryFn entry_ = nullptr;
   std::uint8_t* target_ = nullptr;
   Bytes5 state_a_{};
   Bytes5 state_b_{};

@@ -128,7 +128,7 @@ TEST_F(TrapDeathTest, Int3WrittenAtFormerSiteIsChained) {
 // and, after the unlock, runs the NEW instruction.
 TEST(Trap, ExecutorAtLockedSiteWaitsAndContinues) {
   for (unsigned split = 1; split <= 4; ++split) {
-    test::TestSite ts(split, x86::kNop5Prefixed, /*start_with_b=*/true);
+    test::TestSite ts(split, testsupport::kNop5Prefixed, /*start_with_b=*/true);
     WordPatcher wp(WaitPolicy::Ticks(1000));
     ASSERT_EQ(wp.init_status(), Status::ok);
     ASSERT_EQ(ts.entry()(), 0);  // the NOP state runs before the patch
@@ -161,7 +161,7 @@ TEST(Trap, ExecutorAtLockedSiteWaitsAndContinues) {
 // for "unlocked" instead of for the release of the lock it trapped on could miss the
 // ~100 ns unlocked window forever.
 TEST(Trap, WaiterIsReleasedEvenIfTheSiteIsRelockedAtOnce) {
-  test::TestSite ts(3, x86::kNop5Prefixed, /*start_with_b=*/true);
+  test::TestSite ts(3, testsupport::kNop5Prefixed, /*start_with_b=*/true);
   WordPatcher wp(WaitPolicy::Ticks(1000));
   PatchHandle h1, h2;
   ASSERT_EQ(wp.start_patch(ts.site(), ts.state_a(), &h1), Status::ok);

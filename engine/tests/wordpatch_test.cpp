@@ -204,7 +204,7 @@ TEST_P(WordPatchConcurrent, TogglesUnderExecution) {
   const auto [split, executors, sync_core, store] = GetParam();
   if (sync_core && sync_core_register() != Status::ok) GTEST_SKIP() << "no membarrier SYNC_CORE";
   const std::uint64_t toggles = sync_core ? 20'000 : 10'000;
-  TestSite ts(split, x86::kNop5Prefixed);
+  TestSite ts(split, testsupport::kNop5Prefixed);
   for (unsigned i = 0; i < 5; ++i)
     ASSERT_NE(ts.state_a()[i], ts.state_b()[i]) << "states must differ in byte " << i;
   WordPatcher wp(sync_core ? WaitPolicy::SyncCore() : WaitPolicy::Ticks(kGenerousWait), store);
@@ -261,7 +261,7 @@ INSTANTIATE_TEST_SUITE_P(
 
 // Two patchers on disjoint sites at once, one executor running both sites.
 TEST(WordPatchConcurrent, DisjointSitesTwoPatchers) {
-  TestSite s2(2, x86::kNop5Prefixed), s3(3, x86::kNop5Prefixed);
+  TestSite s2(2, testsupport::kNop5Prefixed), s3(3, testsupport::kNop5Prefixed);
   test::Executors execs(1, {s2.entry(), s3.entry()});
   test::ExecCounts& counts = execs.counts;
   const trap::Stats before = trap::stats();
@@ -288,7 +288,7 @@ TEST(WordPatchConcurrent, AsyncBatchesUnderExecution) {
   std::vector<std::unique_ptr<TestSite>> sites;
   std::vector<TestSite::EntryFn> fns;
   for (unsigned s = 1; s <= 4; ++s) {
-    sites.push_back(std::make_unique<TestSite>(s, x86::kNop5Prefixed));
+    sites.push_back(std::make_unique<TestSite>(s, testsupport::kNop5Prefixed));
     fns.push_back(sites.back()->entry());
   }
   test::Executors execs(1, fns);

@@ -14,10 +14,13 @@
 #include <cstring>
 
 #include "crossmod/code_memory.hpp"
+#include "crossmod/testsupport/site_code.hpp"
 #include "crossmod/x86.hpp"
 
 namespace crossmod::harness {
 namespace {
+
+using testsupport::kInvalidIn64;
 
 using Bytes5 = std::array<std::uint8_t, 5>;
 
@@ -26,18 +29,15 @@ using Bytes5 = std::array<std::uint8_t, 5>;
 // is #UD at its first byte for every S. r3 is small and positive: the stub lies about
 // +101 MiB ahead, far from the torn window (which B's last byte puts near -1.75 GiB).
 constexpr std::array<std::uint8_t, 4> kRel32Bytes = {
-    x86::kInvalidIn64[2],   // 0x0E
-    x86::kInvalidIn64[5],   // 0x1E
-    x86::kInvalidIn64[3],   // 0x16
-    x86::kInvalidIn64[0]};  // 0x06
+    kInvalidIn64[2],   // 0x0E
+    kInvalidIn64[5],   // 0x1E
+    kInvalidIn64[3],   // 0x16
+    kInvalidIn64[0]};  // 0x06
 static_assert(kRel32Bytes[3] < 0x80, "the stub must lie ahead of the site (positive rel32)");
 constexpr std::int64_t kStubDisplacement =
     static_cast<std::int64_t>(kRel32Bytes[0]) | (static_cast<std::int64_t>(kRel32Bytes[1]) << 8) |
     (static_cast<std::int64_t>(kRel32Bytes[2]) << 16) |
     (static_cast<std::int64_t>(kRel32Bytes[3]) << 24);
-
-// mov eax, 1; ret — the stub's return value is how an executor tells state A ran.
-constexpr std::array<std::uint8_t, 6> kStub = {x86::kMovEaxImm32, 1, 0, 0, 0, x86::kRet};
 
 std::string hex(std::span<const std::uint8_t> b) {
   std::string s;
@@ -152,7 +152,7 @@ std::unique_ptr<StressSite> StressSite::create(unsigned straddle, unsigned line_
   auto impl = std::make_unique<Impl>();
   Impl& m = *impl;
   if (state_b.empty()) {
-    std::memcpy(m.b.data(), x86::kNop5Prefixed.data(), 5);
+    m.b = testsupport::kNop5Prefixed;
   } else if (state_b.size() != 5) {
     return refuse(fmt::format("state_b has {} bytes, need 5", state_b.size()));
   } else {
@@ -182,7 +182,7 @@ std::unique_ptr<StressSite> StressSite::create(unsigned straddle, unsigned line_
   const std::uintptr_t boundary = m.site_page + page / 2;
   const std::uintptr_t site = straddle ? boundary - straddle : boundary + line_offset;
   m.site = reinterpret_cast<std::uint8_t*>(site);
-  m.entry = m.site - sizeof x86::kXorEaxEax;
+  m.entry = m.site - testsupport::kEntryPrologueLen;
   m.line_offset = static_cast<unsigned>(site % line);
   if (window_off != 0) {
     m.window_begin = page_down(site + 5 + static_cast<std::uintptr_t>(window_off));
@@ -201,8 +201,8 @@ std::unique_ptr<StressSite> StressSite::create(unsigned straddle, unsigned line_
   if (mprotect(sp, 2 * page, PROT_READ | PROT_WRITE) != 0) {
     return refuse(fmt::format("mprotect stub page: {}", std::strerror(errno)));
   }
-  std::memset(sp, x86::kInvalid64, 2 * page);
-  std::memcpy(m.stub, kStub.data(), kStub.size());
+  testsupport::fill_invalid({static_cast<std::uint8_t*>(sp), 2 * page});
+  testsupport::write_stub(m.stub);
   if (mprotect(sp, 2 * page, PROT_READ | PROT_EXEC) != 0) {
     return refuse(fmt::format("mprotect stub page: {}", std::strerror(errno)));
   }
@@ -212,10 +212,8 @@ std::unique_ptr<StressSite> StressSite::create(unsigned straddle, unsigned line_
   if (mprotect(pp, page, PROT_READ | PROT_WRITE) != 0) {
     return refuse(fmt::format("mprotect site page: {}", std::strerror(errno)));
   }
-  std::memset(pp, x86::kInvalid64, page);
-  std::memcpy(m.entry, x86::kXorEaxEax, sizeof x86::kXorEaxEax);
-  std::memcpy(m.site, m.a.data(), 5);
-  m.site[5] = x86::kRet;
+  testsupport::fill_invalid({static_cast<std::uint8_t*>(pp), page});
+  testsupport::write_entry(m.site, m.a);
   if (mprotect(pp, page, PROT_READ | PROT_EXEC) != 0) {
     return refuse(fmt::format("mprotect site page: {}", std::strerror(errno)));
   }

@@ -5,7 +5,7 @@
 // Layout (see DESIGN.md "The stress site"):
 //   entry:  31 C0           xor eax, eax
 //   site:   <5 bytes>       A: E8 rel32 -> stub (B8 01 00 00 00 C3: mov eax,1; ret)
-//                           B: 66 66 66 66 90 (x86::kNop5Prefixed) by default
+//                           B: 66 66 66 66 90 (testsupport::kNop5Prefixed) by default
 //           C3              ret
 //           0E 0E ...       invalid in 64-bit mode up to the end of the page(s)
 // entry() returns 1 if the call ran, 0 if the NOP ran.
@@ -13,7 +13,7 @@
 // Why B is not the canonical 0F 1F 44 00 00: a torn mix "NOP front + call back" at S = 3
 // or 4 keeps the NOP's own modrm/SIB bytes and decodes as the same 5-byte NOP, so half
 // of the tears at S = 3, 4 would be invisible. With 66 66 66 66 90 and every rel32 byte
-// chosen from x86::kInvalidIn64, every "NOP front" mix is #UD at its first byte, and every
+// chosen from testsupport::kInvalidIn64, every "NOP front" mix is #UD at its first byte, and every
 // "call front" mix is a call whose target lies in a reserved PROT_NONE window. create()
 // proves this with Zydis for every split 1..4 (at S = 0 too, since a non-atomic store can
 // tear inside a line; skipped only for a caller-chosen state_b at S = 0, as bench uses)
@@ -38,7 +38,7 @@ class StressSite {
   using EntryFn = int (*)();
 
   // straddle S in 0..4; S = 0 places the site inside one line at `line_offset`
-  // (0 .. line-5). `state_b` defaults to x86::kNop5Prefixed. On refusal returns nullptr
+  // (0 .. line-5). `state_b` defaults to testsupport::kNop5Prefixed. On refusal returns nullptr
   // and sets *why (e.g. "S=3: torn mix 66 66 66 .. decodes as valid 'nop'").
   static std::unique_ptr<StressSite> create(unsigned straddle, unsigned line_offset,
                                             std::string* why,
