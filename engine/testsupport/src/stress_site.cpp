@@ -1,8 +1,8 @@
-// The stress site (see site.hpp and DESIGN.md "The stress site"): one reservation of
+// The stress site (see stress_site.hpp and DESIGN.md "The stress site"): one reservation of
 // address space holding the site page, the stub page and the PROT_NONE window every torn
 // call lands in; create() proves every torn mix faults (Zydis) before a cell may use it.
 // Thread safety: create/destroy from one thread; entry() is safe on any thread.
-#include "site.hpp"
+#include "crossmod/testsupport/stress_site.hpp"
 
 #include <Zydis/Zydis.h>
 #include <fmt/core.h>
@@ -17,10 +17,8 @@
 #include "crossmod/testsupport/site_code.hpp"
 #include "crossmod/x86.hpp"
 
-namespace crossmod::harness {
+namespace crossmod::testsupport {
 namespace {
-
-using testsupport::kInvalidIn64;
 
 using Bytes5 = std::array<std::uint8_t, 5>;
 
@@ -152,7 +150,7 @@ std::unique_ptr<StressSite> StressSite::create(unsigned straddle, unsigned line_
   auto impl = std::make_unique<Impl>();
   Impl& m = *impl;
   if (state_b.empty()) {
-    m.b = testsupport::kNop5Prefixed;
+    m.b = kNop5Prefixed;
   } else if (state_b.size() != 5) {
     return refuse(fmt::format("state_b has {} bytes, need 5", state_b.size()));
   } else {
@@ -182,7 +180,7 @@ std::unique_ptr<StressSite> StressSite::create(unsigned straddle, unsigned line_
   const std::uintptr_t boundary = m.site_page + page / 2;
   const std::uintptr_t site = straddle ? boundary - straddle : boundary + line_offset;
   m.site = reinterpret_cast<std::uint8_t*>(site);
-  m.entry = m.site - testsupport::kEntryPrologueLen;
+  m.entry = m.site - kEntryPrologueLen;
   m.line_offset = static_cast<unsigned>(site % line);
   if (window_off != 0) {
     m.window_begin = page_down(site + 5 + static_cast<std::uintptr_t>(window_off));
@@ -201,8 +199,8 @@ std::unique_ptr<StressSite> StressSite::create(unsigned straddle, unsigned line_
   if (mprotect(sp, 2 * page, PROT_READ | PROT_WRITE) != 0) {
     return refuse(fmt::format("mprotect stub page: {}", std::strerror(errno)));
   }
-  testsupport::fill_invalid({static_cast<std::uint8_t*>(sp), 2 * page});
-  testsupport::write_stub(m.stub);
+  fill_invalid({static_cast<std::uint8_t*>(sp), 2 * page});
+  write_stub(m.stub);
   if (mprotect(sp, 2 * page, PROT_READ | PROT_EXEC) != 0) {
     return refuse(fmt::format("mprotect stub page: {}", std::strerror(errno)));
   }
@@ -212,8 +210,8 @@ std::unique_ptr<StressSite> StressSite::create(unsigned straddle, unsigned line_
   if (mprotect(pp, page, PROT_READ | PROT_WRITE) != 0) {
     return refuse(fmt::format("mprotect site page: {}", std::strerror(errno)));
   }
-  testsupport::fill_invalid({static_cast<std::uint8_t*>(pp), page});
-  testsupport::write_entry(m.site, m.a);
+  fill_invalid({static_cast<std::uint8_t*>(pp), page});
+  write_entry(m.site, m.a);
   if (mprotect(pp, page, PROT_READ | PROT_EXEC) != 0) {
     return refuse(fmt::format("mprotect site page: {}", std::strerror(errno)));
   }
@@ -293,4 +291,4 @@ std::uintptr_t StressSite::torn_window_end() const { return impl_->window_end; }
 std::uintptr_t StressSite::reservation_begin() const { return impl_->base; }
 std::uintptr_t StressSite::reservation_end() const { return impl_->base + impl_->len; }
 
-}  // namespace crossmod::harness
+}  // namespace crossmod::testsupport
