@@ -24,6 +24,7 @@
 #include "crossmod/tmax_config.hpp"
 #include "crossmod/x86.hpp"
 #include "results_io.hpp"  // utc_stamp: one stamp format for every results file
+#include "topology.hpp"
 
 namespace crossmod::bench {
 namespace {
@@ -312,7 +313,13 @@ int run(const Options& opts) {
   e.tmax_source = cfg.source;
   e.tmax_is_default = cfg.is_default;
   e.tsc_hz = tsc.hz;
-  e.topology = &topo;
+  e.place = [&topo](unsigned executors) {
+    const harness::Assignment a = topo.assign(harness::Placement::spread, executors);
+    return Placement{a.patcher_pu, a.executor_pus, a.oversubscribed, a.warning};
+  };
+  e.bind_current_thread = [&topo](int pu, std::string* err) {
+    return topo.bind_current_thread(pu, err);
+  };
   e.smoke = opts.smoke;
   const unsigned pus = static_cast<unsigned>(topo.pus().size());
   e.max_executors = opts.max_executors ? opts.max_executors : std::max(1u, pus > 0 ? pus - 1 : 1u);
@@ -322,8 +329,8 @@ int run(const Options& opts) {
   if (tsc.hz <= 0) throw std::runtime_error("TSC frequency unknown; cannot convert ticks");
 
   std::string pin_err;
-  const harness::Assignment& a1 = placement(1);
-  const harness::Assignment& an = placement(e.max_executors);
+  const Placement& a1 = placement(1);
+  const Placement& an = placement(e.max_executors);
   if (!pin_patcher(&pin_err))
     fmt::print(stderr, "crossmod bench: warning: cannot pin the patcher to PU {}: {}\n",
                a1.patcher_pu, pin_err);

@@ -21,7 +21,6 @@
 namespace crossmod::bench {
 namespace {
 
-using harness::StressSite;
 
 constexpr int kCalls = 16;
 

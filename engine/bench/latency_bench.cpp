@@ -35,7 +35,6 @@
 namespace crossmod::bench {
 namespace {
 
-using harness::StressSite;
 
 struct Spec {
   std::string name;  // full benchmark name, also the sample log key
