@@ -17,7 +17,7 @@
 #include <string>
 #include <vector>
 
-#include "bench_api.hpp"
+#include "bench_runner.hpp"
 #include "bench_support.hpp"
 #include "commands.hpp"
 #include "crossmod/machine.hpp"
