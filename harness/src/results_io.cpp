@@ -19,6 +19,8 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "crossmod/x86.hpp"
+
 namespace crossmod::harness {
 namespace {
 
@@ -178,10 +180,10 @@ ResultRow row_from_result(const CellResult& r, std::uint64_t cell_id, double tsc
   row.wait_ns = tsc_hz > 0 ? static_cast<double>(r.spec.wait_ticks) * 1e9 / tsc_hz : 0;
   row.straddle = r.spec.straddle;
   // The site's real offset in its line: S = 0 cells at their chosen offset, straddling
-  // cells at line - S (from the runner; 64 - S if it did not report it).
+  // cells at line - S (from the runner; this machine's line - S if it did not report it).
   row.site_offset = r.spec.straddle == 0 ? r.spec.site_offset
                     : r.site_line_offset != 0 ? r.site_line_offset
-                                              : 64 - r.spec.straddle;
+                                              : x86::cache_line_size() - r.spec.straddle;
   row.executors = r.spec.executors;
   row.placement = placement_name(r.spec.placement);
   row.rep = r.spec.rep;
