@@ -84,9 +84,13 @@ class TestSite {
 };
 
 // Counts of the values returned by executors, updated live: [0] = state B ran, [1] = the
-// call ran, [2] = anything else (a wrong result without a fault).
+// call ran, [2] = anything else (a wrong result without a fault). by_entry splits them by
+// the entry's index in the executors' list (the first kMaxEntries entries), so a test
+// running several sites can tell that each of them ran in both states.
 struct ExecCounts {
+  static constexpr std::size_t kMaxEntries = 8;
   std::atomic<std::uint64_t> ran[3] = {};
+  std::atomic<std::uint64_t> by_entry[kMaxEntries][3] = {};
 };
 
 // Runs `fns` round-robin until `stop` is set, counting each result.
@@ -94,9 +98,12 @@ inline void executor_loop(std::vector<TestSite::EntryFn> fns, const std::atomic<
                           ExecCounts* counts, std::atomic<int>* started) {
   started->fetch_add(1);
   while (!stop->load(std::memory_order_relaxed)) {
-    for (auto fn : fns) {
-      const int r = fn();
-      counts->ran[r == 0 ? 0 : r == 1 ? 1 : 2].fetch_add(1, std::memory_order_relaxed);
+    for (std::size_t i = 0; i < fns.size(); ++i) {
+      const int r = fns[i]();
+      const int k = r == 0 ? 0 : r == 1 ? 1 : 2;
+      counts->ran[k].fetch_add(1, std::memory_order_relaxed);
+      if (i < ExecCounts::kMaxEntries)
+        counts->by_entry[i][k].fetch_add(1, std::memory_order_relaxed);
     }
   }
 }
@@ -133,14 +140,21 @@ class Executors {
 // The patcher calls it while the site is held in the matching state, which makes "both
 // states executed" deterministic even on a loaded machine where an executor may be
 // descheduled for a whole burst of toggles. False after a generous deadline.
-inline bool await_execution(const ExecCounts& counts, int result) {
-  const std::uint64_t before = counts.ran[result].load();
+inline bool await_count(const std::atomic<std::uint64_t>& count) {
+  const std::uint64_t before = count.load();
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
-  while (counts.ran[result].load() == before) {
+  while (count.load() == before) {
     if (std::chrono::steady_clock::now() > deadline) return false;
     std::this_thread::yield();
   }
   return true;
+}
+inline bool await_execution(const ExecCounts& counts, int result) {
+  return await_count(counts.ran[result]);
+}
+// The same for one entry (its index in the executors' list).
+inline bool await_entry_execution(const ExecCounts& counts, std::size_t entry, int result) {
+  return await_count(counts.by_entry[entry][result]);
 }
 
 }  // namespace crossmod::test

@@ -266,19 +266,33 @@ TEST(WordPatchConcurrent, DisjointSitesTwoPatchers) {
   test::ExecCounts& counts = execs.counts;
   const trap::Stats before = trap::stats();
   std::atomic<std::uint64_t> failures{0};
-  auto patcher = [&failures](TestSite* ts) {
+  std::atomic<std::uint64_t> unseen{0};  // holds in a state the executor never ran
+  // Each patcher now and then holds its site in the state just written until the
+  // executor has run that site in it, so both states of both sites provably ran.
+  auto patcher = [&failures, &unseen, &counts](TestSite* ts, std::size_t entry) {
     WordPatcher wp(WaitPolicy::Ticks(kGenerousWait));
-    for (int t = 0; t < 2'000; ++t)
-      failures += wp.patch(ts->site(), (t & 1) == 0 ? ts->state_b() : ts->state_a()) != Status::ok;
+    for (int t = 0; t < 2'000; ++t) {
+      const bool to_b = (t & 1) == 0;
+      failures += wp.patch(ts->site(), to_b ? ts->state_b() : ts->state_a()) != Status::ok;
+      if ((t >> 1) % 256 == 0 && !test::await_entry_execution(counts, entry, to_b ? 0 : 1)) {
+        ++unseen;
+        return;  // one 30 s timeout is enough to fail
+      }
+    }
   };
-  std::thread p2(patcher, &s2), p3(patcher, &s3);
+  std::thread p2(patcher, &s2, 0), p3(patcher, &s3, 1);
   p2.join();
   p3.join();
   execs.stop();
   EXPECT_EQ(failures.load(), 0u);
+  EXPECT_EQ(unseen.load(), 0u) << "a site held in one state was never executed in it";
   EXPECT_EQ(s2.current(), s2.state_a());
   EXPECT_EQ(s3.current(), s3.state_a());
   EXPECT_EQ(counts.ran[2].load(), 0u);
+  for (std::size_t e = 0; e < 2; ++e) {
+    EXPECT_GT(counts.by_entry[e][0].load(), 0u) << "site " << e << " never ran its NOP";
+    EXPECT_GT(counts.by_entry[e][1].load(), 0u) << "site " << e << " never ran its call";
+  }
   EXPECT_EQ(trap::stats().chained, before.chained);
 }
 
@@ -296,16 +310,27 @@ TEST(WordPatchConcurrent, AsyncBatchesUnderExecution) {
   WordPatcher wp(WaitPolicy::Ticks(kGenerousWait));
   std::vector<PatchHandle> hs(sites.size());
   for (int round = 0; round < 2'000; ++round) {
+    const bool to_b = (round & 1) == 0;
     for (std::size_t i = 0; i < sites.size(); ++i) {
       const auto& ts = *sites[i];
-      ASSERT_EQ(wp.start_patch(ts.site(), (round & 1) == 0 ? ts.state_b() : ts.state_a(), &hs[i]),
+      ASSERT_EQ(wp.start_patch(ts.site(), to_b ? ts.state_b() : ts.state_a(), &hs[i]),
                 Status::ok);
     }
     ASSERT_EQ(wp.finish_patches(hs), Status::ok);
+    // Now and then every site is held in the state the batch wrote until the executor has
+    // run it there, so each site provably ran in both states.
+    if ((round >> 1) % 256 == 0) {
+      for (std::size_t i = 0; i < sites.size(); ++i)
+        ASSERT_TRUE(test::await_entry_execution(counts, i, to_b ? 0 : 1)) << "site " << i;
+    }
   }
   execs.stop();
   for (const auto& ts : sites) EXPECT_EQ(ts->current(), ts->state_a());
   EXPECT_EQ(counts.ran[2].load(), 0u);
+  for (std::size_t i = 0; i < sites.size(); ++i) {
+    EXPECT_GT(counts.by_entry[i][0].load(), 0u) << "site " << i << " never ran its NOP";
+    EXPECT_GT(counts.by_entry[i][1].load(), 0u) << "site " << i << " never ran its call";
+  }
 }
 
 }  // namespace
