@@ -165,6 +165,32 @@ TEST(WordPatch, FinishPatchesAmortisesManySites) {
   EXPECT_EQ(0, std::memcmp(mem.data() + 2 * line - 1, b, 3));
 }
 
+// finish_patches pays one wait per phase, and that wait must run from the LATEST stamp of
+// the batch: a handle started just before finish_patches has had no time yet. The first
+// handle's W is allowed to run out before the second starts, so a wait from the earliest
+// stamp would write the back parts at once and return about W after the second lock
+// instead of at least 2 W. Only lower bounds on elapsed TSC ticks are checked (waits may
+// run long on a loaded machine, never short), so this is not a speed test.
+TEST(WordPatch, FinishPatchesWaitsFromTheLatestStamp) {
+  constexpr std::uint64_t kW = 5'000'000;  // ~2 ms at 2.6 GHz
+  WordPatcher wp(WaitPolicy::Ticks(kW));
+  DataBlock mem;
+  const std::size_t line = x86::cache_line_size();
+  const std::uint8_t bytes[5] = {0x11, 0x22, 0x33, 0x44, 0x55};
+  PatchHandle hs[2];
+  ASSERT_EQ(wp.start_patch(mem.data() + 2 * line - 1, bytes, &hs[0]), Status::ok);  // S = 1
+  x86::spin_ticks_from(hs[0].stamp, kW);
+  ASSERT_EQ(wp.start_patch(mem.data() + 4 * line - 3, bytes, &hs[1]), Status::ok);  // S = 3
+  ASSERT_EQ(hs[1].phase, 1);
+  const std::uint64_t latest = hs[1].stamp;
+  ASSERT_EQ(wp.finish_patches(hs), Status::ok);
+  const std::uint64_t elapsed = x86::rdtscp_ordered() - latest;
+  EXPECT_GE(elapsed, 2 * kW) << "wait, back parts, wait, front parts: at least 2 W after the "
+                                "latest lock";
+  EXPECT_EQ(0, std::memcmp(mem.data() + 2 * line - 1, bytes, 5));
+  EXPECT_EQ(0, std::memcmp(mem.data() + 4 * line - 3, bytes, 5));
+}
+
 TEST(WordPatch, NaiveSplitWriteWritesBothParts) {
   DataBlock mem;
   const std::uint8_t bytes[5] = {5, 6, 7, 8, 9};
