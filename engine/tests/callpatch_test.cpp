@@ -43,7 +43,7 @@ void expect_split1_inactive(const TestSite& ts, const Bytes5& inactive) {
   EXPECT_NE(inactive, ts.state_a());
 }
 
-// Number of 64-byte lines (of the two spanned by the site) that differ.
+// Number of cache lines (of the two spanned by the site) that differ.
 int lines_changed(const std::vector<std::uint8_t>& before, const std::vector<std::uint8_t>& after) {
   const std::size_t line = x86::cache_line_size();
   int n = 0;

@@ -209,8 +209,9 @@ TEST(WordPatch, SyncCorePolicy) {
   ASSERT_EQ(wp.init_status(), Status::ok);
   DataBlock mem;
   const std::uint8_t bytes[6] = {1, 2, 3, 4, 5, 6};
-  ASSERT_EQ(wp.patch(mem.data() + 64 - 2, bytes), Status::ok);
-  EXPECT_EQ(0, std::memcmp(mem.data() + 62, bytes, 6));
+  std::uint8_t* site = mem.data() + x86::cache_line_size() - 2;  // S = 2
+  ASSERT_EQ(wp.patch(site, bytes), Status::ok);
+  EXPECT_EQ(0, std::memcmp(site, bytes, 6));
 }
 
 // ---- concurrency ----------------------------------------------------------------------------
