@@ -542,6 +542,14 @@ std::string context_json_path(const std::string& csv) {
   return std::filesystem::path(csv).replace_extension(".json").string();
 }
 
+std::optional<std::string> context_machine_slug(const std::string& context_json) {
+  const Json ctx = Json::parse(context_json, nullptr, /*allow_exceptions=*/false);
+  if (!ctx.is_object()) return std::nullopt;
+  const auto machine = ctx.find("machine");
+  if (machine == ctx.end()) return std::nullopt;
+  return string_field(*machine, "slug");
+}
+
 std::optional<std::string> find_resumable(const std::string& dir, const std::string& kind,
                                           const std::string& config_key) {
   std::vector<std::string> csvs = list_sweep_csvs(dir);

@@ -192,6 +192,9 @@ std::string utc_iso8601();
 std::vector<std::string> list_sweep_csvs(const std::string& dir);
 // The context file of a sweep CSV: the same path with .json for .csv.
 std::string context_json_path(const std::string& csv);
+// machine.slug of a context file's text (the machine a sweep ran on); nullopt if the
+// text does not parse or has none. For pooling earlier runs of the same machine.
+std::optional<std::string> context_machine_slug(const std::string& context_json);
 // For --resume: the newest sweep-*.csv in `dir` whose JSON context has run_kind == `kind` and
 // config_key == `config_key`; nullopt if none. Returns the CSV path. A context that does
 // not parse is skipped (it cannot be the file to continue).

@@ -223,6 +223,11 @@ TEST(ResultsIo, FindResumableParsesContexts) {
   EXPECT_EQ(find_resumable(dir.string(), "calibrate", "k1"), (dir / "sweep-20260103T000000Z.csv").string());
   EXPECT_FALSE(find_resumable(dir.string(), "sweep", "k2").has_value());
   EXPECT_TRUE(list_sweep_csvs((dir / "absent").string()).empty());
+  JsonObject with_machine;
+  with_machine.str("slug", "top-level-is-not-it").raw("machine", R"({"slug": "amd-x", "cores": 2})");
+  EXPECT_EQ(context_machine_slug(with_machine.render()), "amd-x");
+  EXPECT_FALSE(context_machine_slug(ctx("sweep", "k1")).has_value());
+  EXPECT_FALSE(context_machine_slug("{\"machine\": {\"slug\": ").has_value());
   std::filesystem::remove_all(dir);
 }
 
