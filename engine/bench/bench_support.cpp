@@ -30,19 +30,15 @@ Env& env() {
   return e;
 }
 
-const harness::Assignment& placement(unsigned executors) {
-  static std::map<unsigned, harness::Assignment> cache;
+const Placement& placement(unsigned executors) {
+  static std::map<unsigned, Placement> cache;
   auto it = cache.find(executors);
-  if (it == cache.end()) {
-    it = cache.emplace(executors,
-                       env().topology->assign(harness::Placement::spread, executors))
-             .first;
-  }
+  if (it == cache.end()) it = cache.emplace(executors, env().place(executors)).first;
   return it->second;
 }
 
 bool pin_patcher(std::string* err) {
-  return env().topology->bind_current_thread(placement(1).patcher_pu, err);
+  return env().bind_current_thread(placement(1).patcher_pu, err);
 }
 
 std::string status_message(const char* what, Status s) {
@@ -150,7 +146,7 @@ double thread_cpu_seconds() {
 }
 }  // namespace
 
-bool Executors::start(unsigned n, std::vector<harness::StressSite::EntryFn> entries,
+bool Executors::start(unsigned n, std::vector<StressSite::EntryFn> entries,
                       bool hold, std::string* err) {
   stop();
   n_ = 0;
@@ -160,7 +156,7 @@ bool Executors::start(unsigned n, std::vector<harness::StressSite::EntryFn> entr
   n_ = n;
   go_.store(!hold, std::memory_order_relaxed);
   stop_.store(false, std::memory_order_relaxed);
-  const harness::Assignment& a = placement(n);
+  const Placement& a = placement(n);
   for (unsigned i = 0; i < n; ++i) {
     int pu = a.executor_pus.at(i);
     threads_.emplace_back([this, i, pu] { loop(i, pu); });
@@ -184,7 +180,7 @@ bool Executors::start(unsigned n, std::vector<harness::StressSite::EntryFn> entr
 
 void Executors::loop(unsigned index, int pu) {
   Slot& slot = slots_[index];
-  if (!env().topology->bind_current_thread(pu)) {
+  if (!env().bind_current_thread(pu, nullptr)) {
     slot.pin_failed.store(true, std::memory_order_release);
     return;
   }
@@ -285,10 +281,10 @@ Status set_quiescent(std::uint8_t* site, std::span<const std::uint8_t> bytes) {
   return setup_writer.patch(site, bytes);
 }
 
-std::unique_ptr<harness::StressSite> make_site(unsigned straddle, std::string* why,
+std::unique_ptr<StressSite> make_site(unsigned straddle, std::string* why,
                                                std::span<const std::uint8_t> state_b) {
-  std::unique_ptr<harness::StressSite> s =
-      harness::StressSite::create(straddle, kInlineOffset, why, state_b);
+  std::unique_ptr<StressSite> s =
+      StressSite::create(straddle, kInlineOffset, why, state_b);
   if (!s) {
     *why = fmt::format("stress site S={}: {}", straddle, *why);
     return nullptr;

@@ -10,6 +10,7 @@
 #include <array>
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -17,18 +18,34 @@
 #include <vector>
 
 #include "crossmod/status.hpp"
-#include "site.hpp"
-#include "topology.hpp"
+#include "crossmod/testsupport/stress_site.hpp"
 
 namespace crossmod::bench {
 
-// What shapes every number of a run. Filled once by run() before any benchmark runs.
+using testsupport::StressSite;
+
+// Where the patcher and n executors run: OS PU indexes, as the runner's placement policy
+// ("spread") chose them.
+struct Placement {
+  int patcher_pu = -1;
+  std::vector<int> executor_pus;
+  bool oversubscribed = false;  // more threads than PUs
+  std::string warning;          // why, for people
+};
+
+// What shapes every number of a run. Filled once by the runner (the harness's `crossmod
+// bench`) before any benchmark runs. The suites know threads only through `place` and
+// `bind_current_thread`, so they depend on the engine and not on the harness's topology
+// code.
 struct Env {
   std::uint64_t tmax_ticks = 0;
   std::string tmax_source;
   bool tmax_is_default = true;
   double tsc_hz = 0;
-  const harness::Topology* topology = nullptr;
+  std::function<Placement(unsigned executors)> place;
+  // Binds the calling thread to PU `pu`; false with *err (err may be null). Called from
+  // executor threads concurrently.
+  std::function<bool(int pu, std::string* err)> bind_current_thread;
   bool smoke = false;
   unsigned max_executors = 1;       // throughput executors go 1..max_executors
   double min_time_s = 0.5;          // Google Benchmark's --benchmark_min_time
@@ -37,7 +54,7 @@ struct Env {
 Env& env();
 
 // Patcher + executor PUs for n executors ("spread" placement), computed once per n.
-const harness::Assignment& placement(unsigned executors);
+const Placement& placement(unsigned executors);
 // Pins the calling (patcher) thread to the patcher PU; false with *err on failure.
 bool pin_patcher(std::string* err);
 
@@ -88,7 +105,7 @@ class Executors {
   // Starts the threads. If `hold` is set they wait for go() before calling anything
   // (throughput windows start together); otherwise start() returns once every thread
   // has run its entries at least once. False with *err if pinning fails.
-  bool start(unsigned n, std::vector<harness::StressSite::EntryFn> entries, bool hold,
+  bool start(unsigned n, std::vector<StressSite::EntryFn> entries, bool hold,
              std::string* err);
   void go() noexcept { go_.store(true, std::memory_order_release); }
   void stop() noexcept;  // joins; idempotent
@@ -112,7 +129,7 @@ class Executors {
   };
   void loop(unsigned index, int pu);
 
-  std::vector<harness::StressSite::EntryFn> entries_;
+  std::vector<StressSite::EntryFn> entries_;
   std::unique_ptr<Slot[]> slots_;
   std::vector<std::thread> threads_;
   unsigned n_ = 0;
@@ -146,7 +163,7 @@ T* reuse_fixture(const std::string& key, Make&& make) {
 inline constexpr unsigned kInlineOffset = 16;
 
 // Creates a stress site (S in 0..4) and brings it to state A. nullptr with *why.
-std::unique_ptr<harness::StressSite> make_site(unsigned straddle, std::string* why,
+std::unique_ptr<StressSite> make_site(unsigned straddle, std::string* why,
                                                std::span<const std::uint8_t> state_b = {});
 // Writes `bytes` over a site that NO thread is executing (setup only): the engine's
 // WordPatcher with no wait, which is correct only because nobody fetches the site.

@@ -15,12 +15,12 @@
 
 #include "bench_support.hpp"
 #include "crossmod/callpatch.hpp"
+#include "crossmod/testsupport/site_code.hpp"
 #include "crossmod/x86.hpp"
 
 namespace crossmod::bench {
 namespace {
 
-using harness::StressSite;
 
 constexpr int kCalls = 16;
 
@@ -137,7 +137,7 @@ void register_invoke_benchmarks() {
     bm_site(st, n, 0, x86::kNop5, true);
   });
   add("nop5_prefixed_site", [](benchmark::State& st, const std::string& n) {
-    bm_site(st, n, 0, x86::kNop5Prefixed, true);
+    bm_site(st, n, 0, testsupport::kNop5Prefixed, true);
   });
   for (unsigned s = 0; s <= 4; ++s) {
     add(fmt::format("callpatch_off_s{}", s), [s](benchmark::State& st, const std::string& n) {

@@ -27,6 +27,7 @@
 #include "bench_support.hpp"
 #include "crossmod/callpatch.hpp"
 #include "crossmod/code_memory.hpp"
+#include "crossmod/testsupport/site_code.hpp"
 #include "crossmod/trap.hpp"
 #include "crossmod/wordpatch.hpp"
 #include "crossmod/x86.hpp"
@@ -34,7 +35,6 @@
 namespace crossmod::bench {
 namespace {
 
-using harness::StressSite;
 
 struct Spec {
   std::string name;  // full benchmark name, also the sample log key
@@ -338,8 +338,10 @@ void bm_stop_the_world(benchmark::State& st, const Spec& spec) {
 //    between the two mprotect calls.
 // The site is a non-straddling call in a page of our own (a StressSite's pages stay
 // writable for its lifetime), so the summary compares both with callpatch_s0.
-//   entry: 31 C0 (xor eax,eax) | E8 rel32 -> stub | C3 (ret)      stub at +64: mov eax,1; ret
-constexpr std::size_t kStubOffset = 64;
+//   entry: xor eax,eax | call rel32 -> stub | ret      stub one line on: mov eax,1; ret
+// (testsupport::write_entry / write_stub). The stub starts the next line, so the site's
+// line holds only the entry.
+std::size_t stub_offset() { return x86::cache_line_size(); }
 
 struct MprotectFixture : Fixture {
   std::uint8_t* page = nullptr;
@@ -351,25 +353,22 @@ struct MprotectFixture : Fixture {
     if (mapped) munmap(page, len);
     else if (page) mprotect(page, len, PROT_READ | PROT_WRITE | PROT_EXEC);  // as allocated
   }
-  std::uint8_t* site() const { return page + sizeof(x86::kXorEaxEax); }
-  StressSite::EntryFn entry() const { return reinterpret_cast<StressSite::EntryFn>(page); }
+  std::uint8_t* site() const { return page + testsupport::kEntryPrologueLen; }
+  StressSite::EntryFn entry() const { return testsupport::entry_of(site()); }
 };
 
 // Lays out entry, site (active call) and stub in fx->page, then makes it RX.
 bool lay_out_rx(MprotectFixture* fx, std::string* why) {
   std::uint8_t* b = fx->page;
-  std::memset(b, x86::kInvalid64, fx->len);
-  std::memcpy(b, x86::kXorEaxEax, sizeof(x86::kXorEaxEax));
+  testsupport::fill_invalid({b, fx->len});
   std::array<std::uint8_t, 5> call{};
   if (x86::encode_call(reinterpret_cast<std::uintptr_t>(fx->site()),
-                       reinterpret_cast<std::uintptr_t>(b + kStubOffset), &call) != Status::ok) {
+                       reinterpret_cast<std::uintptr_t>(b + stub_offset()), &call) != Status::ok) {
     *why = "encode_call: stub out of reach (cannot happen within one page)";
     return false;
   }
-  std::memcpy(fx->site(), call.data(), call.size());
-  fx->site()[x86::kCallLen] = x86::kRet;
-  const std::uint8_t stub[] = {x86::kMovEaxImm32, 1, 0, 0, 0, x86::kRet};
-  std::memcpy(b + kStubOffset, stub, sizeof(stub));
+  testsupport::write_entry(fx->site(), call);
+  testsupport::write_stub(b + stub_offset());
   if (mprotect(fx->page, fx->len, PROT_READ | PROT_EXEC) != 0) {
     *why = fmt::format("mprotect(RX): {}", std::strerror(errno));
     return false;
@@ -398,7 +397,7 @@ std::unique_ptr<MprotectFixture> make_mprotect_fixture(bool raw, std::string* wh
     fx->mapped = true;
   }
   if (!lay_out_rx(fx.get(), why)) return nullptr;
-  std::uint8_t* stub = fx->page + kStubOffset;
+  std::uint8_t* stub = fx->page + stub_offset();
   Status s;
   if (raw) {
     s = mprotect(fx->page, fx->len, PROT_READ | PROT_WRITE | PROT_EXEC) == 0 ? Status::ok

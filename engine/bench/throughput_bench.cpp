@@ -33,7 +33,6 @@
 namespace crossmod::bench {
 namespace {
 
-using harness::StressSite;
 
 constexpr unsigned kThroughputStraddle = 2;
 
@@ -178,7 +177,7 @@ void register_throughput_benchmarks() {
   if (env().smoke) rates = {0, 100000, 1000000};  // what the summary needs
   for (Protocol p : {Protocol::callpatch, Protocol::wordpatch}) {
     for (unsigned n = 1; n <= env().max_executors; ++n) {
-      const harness::Assignment& a = placement(n);
+      const Placement& a = placement(n);
       if (a.oversubscribed)
         fmt::print(stderr, "crossmod bench: warning: throughput with {} executors: {}\n", n,
                    a.warning.empty() ? "more threads than PUs" : a.warning);

@@ -25,7 +25,7 @@ TEST(Smoke, MachineSlug) {
 TEST(Smoke, StraddlingPatchAndCall) {
   CodeBlock block;
   ASSERT_EQ(CodeBlock::allocate(4096, nullptr, &block), Status::ok);
-  std::uint8_t* site = block.data() + 64 - 2;
+  std::uint8_t* site = block.data() + x86::cache_line_size() - 2;  // S = 2
   std::memcpy(site, x86::kNop5.data(), 5);
   WordPatcher wp(WaitPolicy::Ticks(1000));
   ASSERT_EQ(wp.init_status(), Status::ok);

@@ -230,6 +230,65 @@ TEST_F(TmaxConfigTest, EnvironmentNamingABadFileIsAnError) {
   }
 }
 
+// Sets $CROSSMOD_TMAX_CONFIG (nullptr: unsets it) and the working directory for one scope
+// and restores both, also when an ASSERT leaves the test early.
+class AutoLookupScope {
+ public:
+  explicit AutoLookupScope(const fs::path& cwd) : cwd_(fs::current_path()) {
+    const char* saved = std::getenv("CROSSMOD_TMAX_CONFIG");
+    had_env_ = saved != nullptr;
+    if (had_env_) env_ = saved;
+    fs::current_path(cwd);
+  }
+  ~AutoLookupScope() {
+    fs::current_path(cwd_);
+    if (had_env_) {
+      setenv("CROSSMOD_TMAX_CONFIG", env_.c_str(), 1);
+    } else {
+      unsetenv("CROSSMOD_TMAX_CONFIG");
+    }
+  }
+  static void set_env(const char* value) {
+    if (value == nullptr) {
+      unsetenv("CROSSMOD_TMAX_CONFIG");
+    } else {
+      setenv("CROSSMOD_TMAX_CONFIG", value, 1);
+    }
+  }
+
+ private:
+  fs::path cwd_;
+  bool had_env_ = false;
+  std::string env_;
+};
+
+// The documented order through the public entry point, with the real environment
+// variable and working directory: $CROSSMOD_TMAX_CONFIG, then ./configs/tmax/<slug>.toml
+// (before the source tree's copy, and before the default). The files are schema 1
+// (legacy), so the lookup opts in; refusals are tested in tmax_verdict_test.cpp.
+TEST_F(TmaxConfigTest, AutoLookupOrderEnvThenWorkingDirectory) {
+  const std::string slug = machine_slug();
+  write("configs/tmax/" + slug + ".toml", edit("recommended_ticks", "recommended_ticks = 111"));
+  const std::string env = write("env.toml", edit("recommended_ticks", "recommended_ticks = 333"));
+  AutoLookupScope scope(dir_);
+  TmaxConfig cfg;
+  ConfigError err;
+
+  AutoLookupScope::set_env(nullptr);
+  ASSERT_EQ(load_tmax_config_auto(&cfg, &err, kAllow), Status::ok) << err.to_string();
+  EXPECT_EQ(cfg.recommended_ticks, 111u) << "./configs/tmax was not used; source " << cfg.source;
+  EXPECT_FALSE(cfg.is_default);
+
+  AutoLookupScope::set_env("");  // set but empty counts as unset
+  ASSERT_EQ(load_tmax_config_auto(&cfg, &err, kAllow), Status::ok) << err.to_string();
+  EXPECT_EQ(cfg.recommended_ticks, 111u);
+
+  AutoLookupScope::set_env(env.c_str());
+  ASSERT_EQ(load_tmax_config_auto(&cfg, &err, kAllow), Status::ok) << err.to_string();
+  EXPECT_EQ(cfg.recommended_ticks, 333u) << "$CROSSMOD_TMAX_CONFIG must win over ./configs";
+  EXPECT_EQ(cfg.source, env);
+}
+
 // The real search path: $CROSSMOD_TMAX_CONFIG unset, run from an empty directory, so only
 // <source>/configs/tmax can supply a file. With a calibrated config for this machine
 // committed, auto must find it there; without one, it must fall back to the default.

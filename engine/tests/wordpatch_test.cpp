@@ -165,6 +165,32 @@ TEST(WordPatch, FinishPatchesAmortisesManySites) {
   EXPECT_EQ(0, std::memcmp(mem.data() + 2 * line - 1, b, 3));
 }
 
+// finish_patches pays one wait per phase, and that wait must run from the LATEST stamp of
+// the batch: a handle started just before finish_patches has had no time yet. The first
+// handle's W is allowed to run out before the second starts, so a wait from the earliest
+// stamp would write the back parts at once and return about W after the second lock
+// instead of at least 2 W. Only lower bounds on elapsed TSC ticks are checked (waits may
+// run long on a loaded machine, never short), so this is not a speed test.
+TEST(WordPatch, FinishPatchesWaitsFromTheLatestStamp) {
+  constexpr std::uint64_t kW = 5'000'000;  // ~2 ms at 2.6 GHz
+  WordPatcher wp(WaitPolicy::Ticks(kW));
+  DataBlock mem;
+  const std::size_t line = x86::cache_line_size();
+  const std::uint8_t bytes[5] = {0x11, 0x22, 0x33, 0x44, 0x55};
+  PatchHandle hs[2];
+  ASSERT_EQ(wp.start_patch(mem.data() + 2 * line - 1, bytes, &hs[0]), Status::ok);  // S = 1
+  x86::spin_ticks_from(hs[0].stamp, kW);
+  ASSERT_EQ(wp.start_patch(mem.data() + 4 * line - 3, bytes, &hs[1]), Status::ok);  // S = 3
+  ASSERT_EQ(hs[1].phase, 1);
+  const std::uint64_t latest = hs[1].stamp;
+  ASSERT_EQ(wp.finish_patches(hs), Status::ok);
+  const std::uint64_t elapsed = x86::rdtscp_ordered() - latest;
+  EXPECT_GE(elapsed, 2 * kW) << "wait, back parts, wait, front parts: at least 2 W after the "
+                                "latest lock";
+  EXPECT_EQ(0, std::memcmp(mem.data() + 2 * line - 1, bytes, 5));
+  EXPECT_EQ(0, std::memcmp(mem.data() + 4 * line - 3, bytes, 5));
+}
+
 TEST(WordPatch, NaiveSplitWriteWritesBothParts) {
   DataBlock mem;
   const std::uint8_t bytes[5] = {5, 6, 7, 8, 9};
@@ -183,8 +209,9 @@ TEST(WordPatch, SyncCorePolicy) {
   ASSERT_EQ(wp.init_status(), Status::ok);
   DataBlock mem;
   const std::uint8_t bytes[6] = {1, 2, 3, 4, 5, 6};
-  ASSERT_EQ(wp.patch(mem.data() + 64 - 2, bytes), Status::ok);
-  EXPECT_EQ(0, std::memcmp(mem.data() + 62, bytes, 6));
+  std::uint8_t* site = mem.data() + x86::cache_line_size() - 2;  // S = 2
+  ASSERT_EQ(wp.patch(site, bytes), Status::ok);
+  EXPECT_EQ(0, std::memcmp(site, bytes, 6));
 }
 
 // ---- concurrency ----------------------------------------------------------------------------
@@ -204,7 +231,7 @@ TEST_P(WordPatchConcurrent, TogglesUnderExecution) {
   const auto [split, executors, sync_core, store] = GetParam();
   if (sync_core && sync_core_register() != Status::ok) GTEST_SKIP() << "no membarrier SYNC_CORE";
   const std::uint64_t toggles = sync_core ? 20'000 : 10'000;
-  TestSite ts(split, x86::kNop5Prefixed);
+  TestSite ts(split, testsupport::kNop5Prefixed);
   for (unsigned i = 0; i < 5; ++i)
     ASSERT_NE(ts.state_a()[i], ts.state_b()[i]) << "states must differ in byte " << i;
   WordPatcher wp(sync_core ? WaitPolicy::SyncCore() : WaitPolicy::Ticks(kGenerousWait), store);
@@ -261,24 +288,38 @@ INSTANTIATE_TEST_SUITE_P(
 
 // Two patchers on disjoint sites at once, one executor running both sites.
 TEST(WordPatchConcurrent, DisjointSitesTwoPatchers) {
-  TestSite s2(2, x86::kNop5Prefixed), s3(3, x86::kNop5Prefixed);
+  TestSite s2(2, testsupport::kNop5Prefixed), s3(3, testsupport::kNop5Prefixed);
   test::Executors execs(1, {s2.entry(), s3.entry()});
   test::ExecCounts& counts = execs.counts;
   const trap::Stats before = trap::stats();
   std::atomic<std::uint64_t> failures{0};
-  auto patcher = [&failures](TestSite* ts) {
+  std::atomic<std::uint64_t> unseen{0};  // holds in a state the executor never ran
+  // Each patcher now and then holds its site in the state just written until the
+  // executor has run that site in it, so both states of both sites provably ran.
+  auto patcher = [&failures, &unseen, &counts](TestSite* ts, std::size_t entry) {
     WordPatcher wp(WaitPolicy::Ticks(kGenerousWait));
-    for (int t = 0; t < 2'000; ++t)
-      failures += wp.patch(ts->site(), (t & 1) == 0 ? ts->state_b() : ts->state_a()) != Status::ok;
+    for (int t = 0; t < 2'000; ++t) {
+      const bool to_b = (t & 1) == 0;
+      failures += wp.patch(ts->site(), to_b ? ts->state_b() : ts->state_a()) != Status::ok;
+      if ((t >> 1) % 256 == 0 && !test::await_entry_execution(counts, entry, to_b ? 0 : 1)) {
+        ++unseen;
+        return;  // one 30 s timeout is enough to fail
+      }
+    }
   };
-  std::thread p2(patcher, &s2), p3(patcher, &s3);
+  std::thread p2(patcher, &s2, 0), p3(patcher, &s3, 1);
   p2.join();
   p3.join();
   execs.stop();
   EXPECT_EQ(failures.load(), 0u);
+  EXPECT_EQ(unseen.load(), 0u) << "a site held in one state was never executed in it";
   EXPECT_EQ(s2.current(), s2.state_a());
   EXPECT_EQ(s3.current(), s3.state_a());
   EXPECT_EQ(counts.ran[2].load(), 0u);
+  for (std::size_t e = 0; e < 2; ++e) {
+    EXPECT_GT(counts.by_entry[e][0].load(), 0u) << "site " << e << " never ran its NOP";
+    EXPECT_GT(counts.by_entry[e][1].load(), 0u) << "site " << e << " never ran its call";
+  }
   EXPECT_EQ(trap::stats().chained, before.chained);
 }
 
@@ -288,7 +329,7 @@ TEST(WordPatchConcurrent, AsyncBatchesUnderExecution) {
   std::vector<std::unique_ptr<TestSite>> sites;
   std::vector<TestSite::EntryFn> fns;
   for (unsigned s = 1; s <= 4; ++s) {
-    sites.push_back(std::make_unique<TestSite>(s, x86::kNop5Prefixed));
+    sites.push_back(std::make_unique<TestSite>(s, testsupport::kNop5Prefixed));
     fns.push_back(sites.back()->entry());
   }
   test::Executors execs(1, fns);
@@ -296,16 +337,27 @@ TEST(WordPatchConcurrent, AsyncBatchesUnderExecution) {
   WordPatcher wp(WaitPolicy::Ticks(kGenerousWait));
   std::vector<PatchHandle> hs(sites.size());
   for (int round = 0; round < 2'000; ++round) {
+    const bool to_b = (round & 1) == 0;
     for (std::size_t i = 0; i < sites.size(); ++i) {
       const auto& ts = *sites[i];
-      ASSERT_EQ(wp.start_patch(ts.site(), (round & 1) == 0 ? ts.state_b() : ts.state_a(), &hs[i]),
+      ASSERT_EQ(wp.start_patch(ts.site(), to_b ? ts.state_b() : ts.state_a(), &hs[i]),
                 Status::ok);
     }
     ASSERT_EQ(wp.finish_patches(hs), Status::ok);
+    // Now and then every site is held in the state the batch wrote until the executor has
+    // run it there, so each site provably ran in both states.
+    if ((round >> 1) % 256 == 0) {
+      for (std::size_t i = 0; i < sites.size(); ++i)
+        ASSERT_TRUE(test::await_entry_execution(counts, i, to_b ? 0 : 1)) << "site " << i;
+    }
   }
   execs.stop();
   for (const auto& ts : sites) EXPECT_EQ(ts->current(), ts->state_a());
   EXPECT_EQ(counts.ran[2].load(), 0u);
+  for (std::size_t i = 0; i < sites.size(); ++i) {
+    EXPECT_GT(counts.by_entry[i][0].load(), 0u) << "site " << i << " never ran its NOP";
+    EXPECT_GT(counts.by_entry[i][1].load(), 0u) << "site " << i << " never ran its call";
+  }
 }
 
 }  // namespace

@@ -167,13 +167,13 @@ TEST(X86Zydis, NamedEncodings) {
   Decoded d = decode(buf, sizeof buf, 0x1000);
   EXPECT_EQ(d.mnemonic, ZYDIS_MNEMONIC_NOP);
   EXPECT_EQ(d.length, 5u);
-  std::memcpy(buf, x86::kNop5Prefixed.data(), 5);
+  std::memcpy(buf, testsupport::kNop5Prefixed.data(), 5);
   d = decode(buf, sizeof buf, 0x1000);
   EXPECT_EQ(d.mnemonic, ZYDIS_MNEMONIC_NOP);
   EXPECT_EQ(d.length, 5u);
-  std::memcpy(buf, x86::kUd2.data(), 2);
+  std::memcpy(buf, testsupport::kUd2.data(), 2);
   EXPECT_EQ(decode(buf, sizeof buf, 0x1000).mnemonic, ZYDIS_MNEMONIC_UD2);
-  for (std::uint8_t op : x86::kInvalidIn64) {
+  for (std::uint8_t op : testsupport::kInvalidIn64) {
     buf[0] = op;
     EXPECT_FALSE(decode(buf, sizeof buf, 0x1000).ok) << "opcode " << int{op};
   }

@@ -1,11 +1,11 @@
-// `crossmod bench`: parses the flags and hands them to the benchmark runner, which lives
-// with the suites in engine/bench/ (compiled into the crossmod binary).
+// `crossmod bench`: parses the flags and hands them to the benchmark runner
+// (bench_runner.cpp), which drives the suites of engine/bench/.
 // Thread safety: main thread only.
 #include <CLI/CLI.hpp>
 
 #include <memory>
 
-#include "../../engine/bench/bench_api.hpp"
+#include "bench_runner.hpp"
 #include "commands.hpp"
 
 namespace crossmod::harness {

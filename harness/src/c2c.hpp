@@ -1,6 +1,6 @@
 // Core-to-core latency: one cache line ping-ponged between two threads pinned to two PUs.
 // Calibrate uses it as a floor for Tmax_recommended (a wait shorter than one line
-// transfer cannot be enough); sysinfo reports it.
+// transfer cannot be enough), measured between the PUs of a placement; sysinfo reports it.
 // Thread safety: measure_c2c starts and joins two threads of its own; the calling
 // thread's affinity is untouched. Not async-signal-safe.
 #pragma once
@@ -28,5 +28,13 @@ struct C2cLatency {
 // (same PU, bind failure, a partner thread that does not answer within ~1 s) are
 // reported through ok/error.
 C2cLatency measure_c2c(const Topology& topo, int pu_a, int pu_b, unsigned round_trips = 20000);
+
+// What calibrate needs: the one-way time between the patcher's PU and the first
+// executor's PU of `placement` with `executors` executors, rounded up to whole ticks.
+struct C2cResult {
+  std::uint64_t one_way_ticks = 0;  // 0 when not measured
+  std::string note;                 // why not measured, or how
+};
+C2cResult measure_c2c_for(const Topology& topo, Placement placement, unsigned executors);
 
 }  // namespace crossmod::harness

@@ -458,13 +458,15 @@ VerdictReport decide_verdict(const std::vector<ResultRow>& rows, const Calibrate
     const double more_s = need / active_share * round_s;
     v.advice = fmt::format(
         "only {} active round(s) at W = {} (need {}); at this run's share of active rounds ({:.0f}%) that takes about "
-        "{:.0f} more minutes: `crossmod soak --wait {} --for {}m`, or calibrate with a larger --budget",
-        ra, w, k.min_active_rounds, 100 * active_share, more_s / 60, w, std::ceil(more_s / 60));
+        "{:.0f} more minutes: `crossmod soak --for {}m` (it soaks the recommended Tmax), or calibrate with a "
+        "larger --budget",
+        ra, w, k.min_active_rounds, 100 * active_share, more_s / 60, std::ceil(more_s / 60));
   } else {
     v.advice = fmt::format(
         "the sentinel never tore: the machine was not seen in its tearing state, so 0 tears at W = {} says little; "
-        "run `crossmod soak --wait {} --for 2h` or calibrate again later with a larger --budget",
-        w, w);
+        "run `crossmod soak --for 2h` (it soaks the recommended Tmax) or calibrate again later with a larger "
+        "--budget",
+        w);
   }
   return v;
 }
@@ -628,34 +630,26 @@ std::vector<ResultRow> read_prior_rows(const std::string& dir, const std::string
   namespace fs = std::filesystem;
   std::vector<ResultRow> rows;
   std::error_code ec;
-  std::vector<fs::path> csvs;
-  for (const auto& e : fs::directory_iterator(dir, ec)) {
-    const std::string name = e.path().filename().string();
-    if (name.rfind("sweep-", 0) == 0 && e.path().extension() == ".csv") csvs.push_back(e.path());
-  }
-  std::sort(csvs.begin(), csvs.end());
   std::int64_t file_no = 0;
-  for (const auto& csv : csvs) {
+  for (const std::string& csv : list_sweep_csvs(dir)) {
     if (!exclude_csv.empty() && fs::equivalent(csv, exclude_csv, ec)) continue;
-    fs::path json = csv;
-    json.replace_extension(".json");
     try {
-      const std::string ctx = read_file(json.string());
-      if (ctx.find("\"slug\": \"" + slug + "\"") == std::string::npos) {
-        if (skipped) skipped->push_back(csv.string() + ": context names another machine");
+      const auto machine = context_machine_slug(read_file(context_json_path(csv)));
+      if (machine != slug) {
+        if (skipped) skipped->push_back(csv + ": context names another machine");
         continue;
       }
       std::size_t n = 0;
       ++file_no;
-      for (ResultRow& r : read_results_csv(csv.string())) {
+      for (ResultRow& r : read_results_csv(csv)) {
         if (r.protocol != "wordpatch") continue;
         if (r.round >= 0) r.round += file_no * kPriorRoundStride;
         rows.push_back(std::move(r));
         ++n;
       }
-      if (used && n) used->push_back(csv.string());
+      if (used && n) used->push_back(csv);
     } catch (const std::exception& e) {
-      if (skipped) skipped->push_back(csv.string() + ": " + e.what());
+      if (skipped) skipped->push_back(csv + ": " + e.what());
     }
   }
   return rows;

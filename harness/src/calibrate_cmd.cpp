@@ -13,7 +13,7 @@
 #include <filesystem>
 #include <optional>
 
-#include "c2c_shim.hpp"
+#include "c2c.hpp"
 #include "calibrate.hpp"
 #include "cell.hpp"
 #include "commands.hpp"
@@ -188,7 +188,7 @@ void run_calibrate(const CalibrateArgs& a) {
 
   // 4. Cells.
   interrupt::install();
-  RunContext rc;
+  CellEnv rc;
   rc.topology = &topo;
   Progress progress(!a.quiet);
   CellLoop loop(&writer, [&](const CellSpec& s) { return run_cell_for(s, rc, a.inject_control_failure); }, tsc_hz,

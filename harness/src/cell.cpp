@@ -457,7 +457,7 @@ std::string describe_first_fault(const exec::FirstFault& f, std::uint64_t site) 
 
 }  // namespace
 
-CellResult run_cell(const CellSpec& spec, const RunContext& ctx) {
+CellResult run_cell(const CellSpec& spec, const CellEnv& ctx) {
   CellResult r;
   r.spec = spec;
   auto t_start = std::chrono::steady_clock::now();
@@ -607,7 +607,6 @@ CellResult run_cell(const CellSpec& spec, const RunContext& ctx) {
     note = note.empty() ? ff : note + "; " + ff;
   }
   r.note = note;
-  (void)ctx.verbose;
   sh->~Shared();
   munmap(mem, bytes);
   return r;

@@ -85,13 +85,13 @@ struct CellResult {
   double c2c_ticks = -1;                    // c2c one-way sample before the cell, -1 if none
 };
 
-struct RunContext {
+// What a cell runs on. Not the run's context file: that is SweepContext (run_context.hpp).
+struct CellEnv {
   const Topology* topology = nullptr;
-  bool verbose = false;
 };
 
 // Runs one cell in a forked child. Never throws for a failing cell: crashes, hangs and
 // setup refusals (blind cell) are outcomes.
-CellResult run_cell(const CellSpec& spec, const RunContext& ctx);
+CellResult run_cell(const CellSpec& spec, const CellEnv& ctx);
 
 }  // namespace crossmod::harness

@@ -512,7 +512,7 @@ void run_crosscheck(const Args& a) {
           spec.watchdog_s = watchdog_s;
           spec.max_failures = 0;  // no early stop: both run every toggle
           spec.phase = "crosscheck";
-          RunContext rc;
+          CellEnv rc;
           rc.topology = &topo;
           r = from_cell(run_cell(spec, rc));
         } else {

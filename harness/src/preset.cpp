@@ -18,9 +18,15 @@
 #include <toml++/toml.h>
 
 #include "commands.hpp"
+#include "crossmod/x86.hpp"
 #include "results_io.hpp"
 
 namespace crossmod::harness {
+
+unsigned max_aligned_offset() {
+  return x86::cache_line_size() - static_cast<unsigned>(x86::kCallLen);
+}
+
 namespace {
 
 // Error context for one TOML file.
@@ -398,8 +404,8 @@ SweepConfig parse_preset(const std::string& text, const std::string& source_name
     cfg.aligned_offsets.clear();
     for (const auto& e : get_array(c, *n, "grid.aligned_offsets")) {
       const auto o = get_int(c, e, "grid.aligned_offsets");
-      if (o < 0 || o > kMaxAlignedOffset) {
-        c.fail(&e, "grid.aligned_offsets", fmt::format("offset {} is outside 0..{} (the 5-byte site must fit in a 64-byte line)", o, kMaxAlignedOffset));
+      if (o < 0 || o > max_aligned_offset()) {
+        c.fail(&e, "grid.aligned_offsets", fmt::format("offset {} is outside 0..{} (the 5-byte site must fit in a {}-byte line)", o, max_aligned_offset(), x86::cache_line_size()));
       }
       cfg.aligned_offsets.push_back(static_cast<unsigned>(o));
     }
@@ -566,8 +572,8 @@ void validate(const SweepConfig& cfg) {
     if (s > 4) throw UsageError(fmt::format("straddle {} is outside 0..4", s));
   }
   for (unsigned o : cfg.aligned_offsets) {
-    if (o > kMaxAlignedOffset) {
-      throw UsageError(fmt::format("aligned offset {} is outside 0..{}", o, kMaxAlignedOffset));
+    if (o > max_aligned_offset()) {
+      throw UsageError(fmt::format("aligned offset {} is outside 0..{}", o, max_aligned_offset()));
     }
   }
   if (cfg.aligned_offsets.empty() &&

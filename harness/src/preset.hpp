@@ -85,8 +85,9 @@ struct SweepConfig {
   std::string to_json() const;
 };
 
-// Largest site offset inside a 64-byte line for a 5-byte site.
-inline constexpr unsigned kMaxAlignedOffset = 64 - 5;
+// Largest offset of a 5-byte site inside one cache line of this machine (the line size
+// from CPUID: 59 on a 64-byte line).
+unsigned max_aligned_offset();
 
 // Throws UsageError "file:line: key: message" for malformed or invalid presets.
 SweepConfig load_preset_file(const std::string& path);

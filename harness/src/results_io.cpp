@@ -17,6 +17,9 @@
 #include <stdexcept>
 
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "crossmod/x86.hpp"
 
 namespace crossmod::harness {
 namespace {
@@ -187,10 +190,10 @@ ResultRow row_from_result(const CellResult& r, std::uint64_t cell_id, double tsc
   row.wait_ns = tsc_hz > 0 ? static_cast<double>(r.spec.wait_ticks) * 1e9 / tsc_hz : 0;
   row.straddle = r.spec.straddle;
   // The site's real offset in its line: S = 0 cells at their chosen offset, straddling
-  // cells at line - S (from the runner; 64 - S if it did not report it).
+  // cells at line - S (from the runner; this machine's line - S if it did not report it).
   row.site_offset = r.spec.straddle == 0 ? r.spec.site_offset
                     : r.site_line_offset != 0 ? r.site_line_offset
-                                              : 64 - r.spec.straddle;
+                                              : x86::cache_line_size() - r.spec.straddle;
   row.executors = r.spec.executors;
   row.placement = placement_name(r.spec.placement);
   row.rep = r.spec.rep;
@@ -421,41 +424,34 @@ void ResultsWriter::append(ResultRow& row) {
   }
 }
 
+namespace {
+using Json = nlohmann::ordered_json;
+
+// Pretty text with two-space indent. Invalid UTF-8 (a CPU brand or a note could in
+// principle carry any bytes) is replaced, not thrown on: a results file must be written.
+std::string dump(const Json& j, int indent) {
+  return j.dump(indent, ' ', false, Json::error_handler_t::replace);
+}
+}  // namespace
+
 std::string json_escape(std::string_view s) {
-  std::string out;
-  for (unsigned char c : s) {
-    switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\r': out += "\\r"; break;
-      case '\t': out += "\\t"; break;
-      default:
-        if (c < 0x20) {
-          out += fmt::format("\\u{:04x}", c);
-        } else {
-          out += static_cast<char>(c);
-        }
-    }
-  }
-  return out;
+  const std::string quoted = json_string(s);
+  return quoted.substr(1, quoted.size() - 2);
 }
 
-std::string json_string(std::string_view s) {
-  // Built piecewise: GCC 12 warns (-Wrestrict, a false positive) on "\"" + str + "\"".
-  std::string out(1, '"');
-  out += json_escape(s);
-  out += '"';
-  return out;
-}
+std::string json_string(std::string_view s) { return dump(Json(std::string(s)), -1); }
 
 JsonObject& JsonObject::raw(const std::string& key, std::string json_value) {
+  if (!Json::accept(json_value))
+    throw std::invalid_argument(fmt::format("JSON field '{}': malformed value '{}'", key, json_value));
   fields_.emplace_back(key, std::move(json_value));
   return *this;
 }
 JsonObject& JsonObject::str(const std::string& key, std::string_view value) {
   return raw(key, json_string(value));
 }
+// Numbers keep fmt's shortest text (an integral double is written "3", not "3.0"), so
+// the files read as they always have; the parser in render() takes that text as is.
 JsonObject& JsonObject::num(const std::string& key, double value) {
   if (!std::isfinite(value)) return raw(key, "null");
   return raw(key, fmt::format("{}", value));
@@ -470,33 +466,45 @@ JsonObject& JsonObject::boolean(const std::string& key, bool value) {
   return raw(key, value ? "true" : "false");
 }
 
+// The layout the files have always had: one field per line, values as the caller wrote
+// them (validated in raw()), a multi-line value moved right to its key's depth.
 std::string JsonObject::render(int indent) const {
   if (fields_.empty()) return "{}";
   const std::string pad(static_cast<std::size_t>(indent + 2), ' ');
   std::string out = "{\n";
   for (std::size_t i = 0; i < fields_.size(); ++i) {
     out += pad + json_string(fields_[i].first) + ": ";
-    // Re-indent nested multi-line values.
-    std::string v = fields_[i].second;
-    std::string indented;
-    for (char c : v) {
-      indented += c;
-      if (c == '\n') indented += std::string(static_cast<std::size_t>(indent + 2), ' ');
+    for (char c : fields_[i].second) {
+      out += c;
+      if (c == '\n') out += pad;
     }
-    out += indented;
     out += i + 1 < fields_.size() ? ",\n" : "\n";
   }
   out += std::string(static_cast<std::size_t>(indent), ' ') + "}";
   return out;
 }
 
-std::string json_array_of_strings(const std::vector<std::string>& v) {
-  std::string out = "[";
-  for (std::size_t i = 0; i < v.size(); ++i) {
-    if (i) out += ", ";
-    out += json_string(v[i]);
+std::string json_one_line(const Json& j) {
+  std::string out;
+  if (j.is_object() && !j.empty()) {
+    for (const auto& [key, value] : j.items()) {
+      out += out.empty() ? "{" : ", ";
+      out += json_string(key) + ": " + json_one_line(value);
+    }
+    return out + "}";
   }
-  return out + "]";
+  if (j.is_array() && !j.empty()) {
+    for (const Json& value : j) {
+      out += out.empty() ? "[" : ", ";
+      out += json_one_line(value);
+    }
+    return out + "]";
+  }
+  return dump(j, -1);  // a scalar, {} or []
+}
+
+std::string json_array_of_strings(const std::vector<std::string>& v) {
+  return json_one_line(Json(v));
 }
 
 void write_file_atomic(const std::string& path, const std::string& text) {
@@ -527,33 +535,17 @@ std::string read_file(const std::string& path) {
   return ss.str();
 }
 
+namespace {
+std::optional<std::string> string_field(const Json& j, const std::string& key) {
+  if (!j.is_object()) return std::nullopt;
+  const auto it = j.find(key);
+  if (it == j.end() || !it->is_string()) return std::nullopt;
+  return it->get<std::string>();
+}
+}  // namespace
+
 std::optional<std::string> json_find_string(const std::string& json, const std::string& key) {
-  const std::string needle = json_string(key) + ": \"";
-  const std::size_t at = json.find(needle);
-  if (at == std::string::npos) return std::nullopt;
-  std::string out;
-  for (std::size_t i = at + needle.size(); i < json.size(); ++i) {
-    const char c = json[i];
-    if (c == '"') return out;
-    if (c == '\\' && i + 1 < json.size()) {
-      const char n = json[++i];
-      switch (n) {
-        case 'n': out += '\n'; break;
-        case 'r': out += '\r'; break;
-        case 't': out += '\t'; break;
-        case 'u':
-          if (i + 4 < json.size()) {
-            out += static_cast<char>(std::strtol(json.substr(i + 1, 4).c_str(), nullptr, 16));
-            i += 4;
-          }
-          break;
-        default: out += n;
-      }
-    } else {
-      out += c;
-    }
-  }
-  return std::nullopt;
+  return string_field(Json::parse(json, nullptr, /*allow_exceptions=*/false), key);
 }
 
 std::string utc_stamp() {
@@ -574,31 +566,45 @@ std::string utc_iso8601() {
   return buf;
 }
 
-std::optional<std::string> find_resumable(const std::string& dir, const std::string& kind,
-                                          const std::string& config_key) {
+std::vector<std::string> list_sweep_csvs(const std::string& dir) {
   namespace fs = std::filesystem;
-  std::error_code ec;
-  if (!fs::is_directory(dir, ec)) return std::nullopt;
   std::vector<std::string> csvs;
+  std::error_code ec;
   for (const auto& e : fs::directory_iterator(dir, ec)) {
     const std::string name = e.path().filename().string();
     if (name.rfind("sweep-", 0) == 0 && e.path().extension() == ".csv") {
       csvs.push_back(e.path().string());
     }
   }
-  // Stamps sort lexicographically in time order; newest first.
-  std::sort(csvs.rbegin(), csvs.rend());
-  for (const auto& csv : csvs) {
-    const std::string json_path = csv.substr(0, csv.size() - 4) + ".json";
-    std::string json;
+  std::sort(csvs.begin(), csvs.end());
+  return csvs;
+}
+
+std::string context_json_path(const std::string& csv) {
+  return std::filesystem::path(csv).replace_extension(".json").string();
+}
+
+std::optional<std::string> context_machine_slug(const std::string& context_json) {
+  const Json ctx = Json::parse(context_json, nullptr, /*allow_exceptions=*/false);
+  if (!ctx.is_object()) return std::nullopt;
+  const auto machine = ctx.find("machine");
+  if (machine == ctx.end()) return std::nullopt;
+  return string_field(*machine, "slug");
+}
+
+std::optional<std::string> find_resumable(const std::string& dir, const std::string& kind,
+                                          const std::string& config_key) {
+  std::vector<std::string> csvs = list_sweep_csvs(dir);
+  for (auto it = csvs.rbegin(); it != csvs.rend(); ++it) {  // newest first
+    std::string text;
     try {
-      json = read_file(json_path);
+      text = read_file(context_json_path(*it));
     } catch (const std::exception&) {
       continue;
     }
-    if (json_find_string(json, "run_kind") == kind &&
-        json_find_string(json, "config_key") == config_key) {
-      return csv;
+    const Json ctx = Json::parse(text, nullptr, /*allow_exceptions=*/false);
+    if (string_field(ctx, "run_kind") == kind && string_field(ctx, "config_key") == config_key) {
+      return *it;
     }
   }
   return std::nullopt;

@@ -64,6 +64,8 @@
 #include <string_view>
 #include <vector>
 
+#include <nlohmann/json_fwd.hpp>
+
 #include "cell.hpp"
 
 namespace crossmod::harness {
@@ -160,11 +162,16 @@ class ResultsWriter {
   std::uint64_t next_id_ = 1;
 };
 
-// --- JSON, for the context files. Small on purpose: we only write flat-ish documents.
-std::string json_escape(std::string_view s);
+// --- JSON, for the context files: nlohmann::json underneath (one escaper, one parser).
+// Strings that are not valid UTF-8 are written with U+FFFD in place of the bad bytes.
+std::string json_escape(std::string_view s);  // the inside of a JSON string literal
 std::string json_string(std::string_view s);  // quoted and escaped
 
-// Minimal builder for a JSON object with ordered keys; values are raw JSON text.
+// Builder for a JSON object whose keys keep their insertion order (the files read in the
+// order a person scans them). raw() takes JSON text and checks it with the parser:
+// malformed text is a bug in the caller and throws std::invalid_argument naming the key.
+// render() writes one `"key": value` per line with two-space indent; values appear as
+// given (a nested render() or json_one_line() text).
 class JsonObject {
  public:
   JsonObject& raw(const std::string& key, std::string json_value);
@@ -176,24 +183,38 @@ class JsonObject {
   std::string render(int indent = 0) const;
 
  private:
-  std::vector<std::pair<std::string, std::string>> fields_;
+  std::vector<std::pair<std::string, std::string>> fields_;  // key, JSON text (validated)
 };
-std::string json_array_of_strings(const std::vector<std::string>& v);
+std::string json_array_of_strings(const std::vector<std::string>& v);  // one line
+// A JSON value on one line in the form sysinfo and the context files have always used:
+// `{"a": 1, "b": [2, 3]}`, a space after every ':' and ','.
+std::string json_one_line(const nlohmann::ordered_json& j);
 
 // Writes a file atomically (temp file + fsync + rename). Throws std::runtime_error.
 void write_file_atomic(const std::string& path, const std::string& text);
 std::string read_file(const std::string& path);  // throws std::runtime_error
 
-// The value of a top-level string field `"key": "..."` in a JSON text we wrote ourselves
-// (unescaped); nullopt if absent.
+// The value of a top-level string field of a JSON object text (unescaped); nullopt if
+// the text does not parse as a JSON object, the key is absent or its value is not a
+// string.
 std::optional<std::string> json_find_string(const std::string& json, const std::string& key);
 
 // UTC timestamps: "20261121T045719Z" for file names, ISO 8601 for contents.
 std::string utc_stamp();
 std::string utc_iso8601();
 
+// --- The results directory: DIR/sweep-<stamp>.csv, each with its context JSON beside it.
+// Every sweep-*.csv in `dir`, oldest first (stamps sort in time order); empty if `dir`
+// does not exist.
+std::vector<std::string> list_sweep_csvs(const std::string& dir);
+// The context file of a sweep CSV: the same path with .json for .csv.
+std::string context_json_path(const std::string& csv);
+// machine.slug of a context file's text (the machine a sweep ran on); nullopt if the
+// text does not parse or has none. For pooling earlier runs of the same machine.
+std::optional<std::string> context_machine_slug(const std::string& context_json);
 // For --resume: the newest sweep-*.csv in `dir` whose JSON context has run_kind == `kind` and
-// config_key == `config_key`; nullopt if none. Returns the CSV path.
+// config_key == `config_key`; nullopt if none. Returns the CSV path. A context that does
+// not parse is skipped (it cannot be the file to continue).
 std::optional<std::string> find_resumable(const std::string& dir, const std::string& kind,
                                           const std::string& config_key);
 

@@ -9,6 +9,7 @@
 #include <fstream>
 
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
 #include "commands.hpp"
 #include "crossmod/machine.hpp"
@@ -74,13 +75,15 @@ std::string microcode() {
 }
 
 std::string sweep_machine_json(const Topology& topo) {
-  std::string m = machine_context_json(topo);
+  using Json = nlohmann::ordered_json;
+  const Json m = Json::parse(machine_context_json(topo));
   // The analysis keys machines by "slug" (as in configs/tmax); sysinfo calls it
-  // machine_slug. Add the short name in front unless sysinfo already has it.
-  if (m.size() > 1 && m.front() == '{' && m.find("\"slug\"") == std::string::npos) {
-    m = "{\"slug\": " + json_string(machine_slug()) + ", " + m.substr(1);
-  }
-  return m;
+  // machine_slug. The short name goes first unless sysinfo already has it.
+  if (m.contains("slug")) return json_one_line(m);
+  Json out = Json::object();
+  out["slug"] = machine_slug();
+  for (const auto& [key, value] : m.items()) out[key] = value;
+  return json_one_line(out);
 }
 
 namespace {

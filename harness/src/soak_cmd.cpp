@@ -118,7 +118,7 @@ void run_soak(const SoakArgs& a) {
 
   // 3. Rounds until the time is spent (time already spent by resumed rows counts).
   interrupt::install();
-  RunContext rc;
+  CellEnv rc;
   rc.topology = &topo;
   Progress progress(!a.quiet);
   double resumed_s = 0;

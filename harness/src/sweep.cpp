@@ -12,6 +12,7 @@
 #include <cmath>
 #include <cstdio>
 #include <map>
+#include <set>
 #include <stdexcept>
 #include <tuple>
 
@@ -250,7 +251,7 @@ std::vector<std::string> placement_warnings(const SweepConfig& cfg, const Topolo
   return warnings;
 }
 
-CellResult run_cell_for(const CellSpec& spec, const RunContext& ctx, bool inject_control_failure) {
+CellResult run_cell_for(const CellSpec& spec, const CellEnv& ctx, bool inject_control_failure) {
   if (!inject_control_failure || spec.protocol != Protocol::callpatch) return run_cell(spec, ctx);
   CellSpec torn = spec;
   torn.protocol = Protocol::selftest_torn;
@@ -273,6 +274,14 @@ std::vector<std::string> failed_negative_controls(const std::vector<ResultRow>& 
   }
   return out;
 }
+
+namespace {
+std::size_t distinct_rounds(const std::vector<stats::RoundCount>& counts) {
+  std::set<std::uint64_t> r;
+  for (const auto& c : counts) r.insert(c.round);
+  return r.size();
+}
+}  // namespace
 
 std::string summary_table(const std::vector<ResultRow>& rows) {
   struct Agg {
@@ -310,7 +319,7 @@ std::string summary_table(const std::vector<ResultRow>& rows) {
     } else if (a.failures == 0) {
       rate = counts.empty() ? fmt::format("0 in {}, p < {:.3g} if toggles were independent", a.exposed,
                                           stats::zero_failure_upper_bound(a.exposed))
-                            : fmt::format("0 in {} ({} rounds)", a.exposed, od.rounds);
+                            : fmt::format("0 in {} ({} rounds)", a.exposed, distinct_rounds(counts));
     } else if (od.overdispersed) {
       rate = fmt::format("{:.3g}, bursty (dispersion {:.0f}): < {:.3g} with rounds as units",
                          stats::rate(a.failures, a.exposed), od.dispersion, stats::cluster_upper_bound(counts).upper);

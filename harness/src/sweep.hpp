@@ -99,7 +99,7 @@ std::vector<std::string> placement_warnings(const SweepConfig& cfg, const Topolo
 // a callpatch cell runs the selftest-torn protocol instead, whose faults are certain, and
 // is recorded as callpatch with a note saying so: the only way to drive the "negative
 // control failed" paths of the real binary end to end.
-CellResult run_cell_for(const CellSpec& spec, const RunContext& ctx, bool inject_control_failure);
+CellResult run_cell_for(const CellSpec& spec, const CellEnv& ctx, bool inject_control_failure);
 
 // Negative controls (callpatch, aligned, sync-core) that failed in `rows`, one line each
 // ("callpatch: 3 failing toggles in 2 cells"); empty when none did.

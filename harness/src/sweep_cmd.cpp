@@ -77,7 +77,7 @@ void run_sweep(const SweepArgs& a) {
 
   // 3. Cells.
   interrupt::install();
-  RunContext rc;
+  CellEnv rc;
   rc.topology = &topo;
   Progress progress(!a.quiet);
   CellLoop loop(&writer, [&](const CellSpec& s) { return run_cell_for(s, rc, a.inject_control_failure); }, tsc_hz,

@@ -4,13 +4,16 @@
 
 #include <fmt/core.h>
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 #include <sys/utsname.h>
 
+#include <cmath>
 #include <fstream>
 #include <string>
 
 #include "crossmod/machine.hpp"
 #include "crossmod/x86.hpp"
+#include "results_io.hpp"
 
 namespace crossmod::harness {
 namespace {
@@ -32,23 +35,14 @@ std::string cpuinfo_field(const std::string& key) {
   return "";
 }
 
-std::string json_str(const std::string& s) {
-  std::string o = "\"";
-  for (char c : s) {
-    switch (c) {
-      case '"': o += "\\\""; break;
-      case '\\': o += "\\\\"; break;
-      case '\n': o += "\\n"; break;
-      case '\t': o += "\\t"; break;
-      default:
-        if (static_cast<unsigned char>(c) < 0x20) o += fmt::format("\\u{:04x}", static_cast<unsigned>(c));
-        else o += c;
-    }
-  }
-  return o + "\"";
-}
+using Json = nlohmann::ordered_json;
 
-std::string json_num(double v) { return fmt::format("{}", v); }
+// fmt's shortest text for a double ("3", not "3.0"), as this file always wrote it;
+// null for NaN or infinity, which JSON cannot hold.
+Json json_num(double v) {
+  if (!std::isfinite(v)) return nullptr;
+  return Json::parse(fmt::format("{}", v));
+}
 
 }  // namespace
 
@@ -85,34 +79,46 @@ MachineContext collect_machine_context(const Topology& topo, bool measure_c2c_no
 }
 
 std::string to_json(const MachineContext& m) {
-  std::string caches = "[";
-  for (std::size_t i = 0; i < m.caches.size(); ++i) {
-    const CacheLevel& c = m.caches[i];
-    caches += fmt::format("{}{{\"name\": {}, \"size_bytes\": {}, \"line_bytes\": {}, \"instances\": {}}}",
-                          i ? ", " : "", json_str(c.name), c.size_bytes, c.line_bytes, c.instances);
+  Json caches = Json::array();
+  for (const CacheLevel& c : m.caches) {
+    caches.push_back(Json{{"name", c.name},
+                          {"size_bytes", c.size_bytes},
+                          {"line_bytes", c.line_bytes},
+                          {"instances", c.instances}});
   }
-  caches += "]";
-  std::string c2c = "null";
+  Json c2c = nullptr;
   if (m.c2c_measured) {
-    c2c = fmt::format(
-        "{{\"pu_a\": {}, \"pu_b\": {}, \"ok\": {}, \"error\": {}, \"round_trips\": {}, "
-        "\"one_way_ticks\": {}, \"one_way_ns\": {}, \"one_way_ticks_p10\": {}, "
-        "\"one_way_ticks_p90\": {}}}",
-        m.c2c.pu_a, m.c2c.pu_b, m.c2c.ok ? "true" : "false", json_str(m.c2c.error),
-        m.c2c.round_trips, json_num(m.c2c.one_way_ticks), json_num(m.c2c.one_way_ns),
-        json_num(m.c2c.one_way_ticks_p10), json_num(m.c2c.one_way_ticks_p90));
+    c2c = Json{{"pu_a", m.c2c.pu_a},
+               {"pu_b", m.c2c.pu_b},
+               {"ok", m.c2c.ok},
+               {"error", m.c2c.error},
+               {"round_trips", m.c2c.round_trips},
+               {"one_way_ticks", json_num(m.c2c.one_way_ticks)},
+               {"one_way_ns", json_num(m.c2c.one_way_ns)},
+               {"one_way_ticks_p10", json_num(m.c2c.one_way_ticks_p10)},
+               {"one_way_ticks_p90", json_num(m.c2c.one_way_ticks_p90)}};
   }
-  return fmt::format(
-      "{{\"vendor\": {}, \"brand\": {}, \"family\": {}, \"model\": {}, \"stepping\": {}, "
-      "\"microcode\": {}, \"kernel\": {}, \"hypervisor\": {}, \"hypervisor_vendor\": {}, "
-      "\"tsc_hz\": {}, \"tsc_source\": {}, \"invariant_tsc\": {}, \"cache_line\": {}, "
-      "\"topology\": {{\"packages\": {}, \"cores\": {}, \"pus\": {}, \"summary\": {}, "
-      "\"caches\": {}}}, \"machine_slug\": {}, \"c2c\": {}}}",
-      json_str(m.vendor), json_str(m.brand), m.family, m.model, m.stepping, json_str(m.microcode),
-      json_str(m.kernel), m.hypervisor ? "true" : "false", json_str(m.hypervisor_vendor),
-      json_num(m.tsc_hz), json_str(m.tsc_source), m.invariant_tsc ? "true" : "false",
-      m.cache_line, m.packages, m.cores, m.pus, json_str(m.topology_summary), caches,
-      json_str(m.machine_slug), c2c);
+  const Json j{{"vendor", m.vendor},
+               {"brand", m.brand},
+               {"family", m.family},
+               {"model", m.model},
+               {"stepping", m.stepping},
+               {"microcode", m.microcode},
+               {"kernel", m.kernel},
+               {"hypervisor", m.hypervisor},
+               {"hypervisor_vendor", m.hypervisor_vendor},
+               {"tsc_hz", json_num(m.tsc_hz)},
+               {"tsc_source", m.tsc_source},
+               {"invariant_tsc", m.invariant_tsc},
+               {"cache_line", m.cache_line},
+               {"topology", Json{{"packages", m.packages},
+                                 {"cores", m.cores},
+                                 {"pus", m.pus},
+                                 {"summary", m.topology_summary},
+                                 {"caches", caches}}},
+               {"machine_slug", m.machine_slug},
+               {"c2c", c2c}};
+  return json_one_line(j);  // as `sysinfo --json` has always printed it
 }
 
 std::string machine_context_json(const Topology& topo) {

@@ -16,7 +16,7 @@ const Topology& topo() {
 }
 
 CellResult run(CellSpec spec) {
-  RunContext ctx;
+  CellEnv ctx;
   ctx.topology = &topo();
   return run_cell(spec, ctx);
 }

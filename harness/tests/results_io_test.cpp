@@ -240,6 +240,45 @@ TEST(ResultsIo, JsonHelpers) {
   EXPECT_EQ(json_find_string(text, "kind"), "crossmod-sweep-context");
   EXPECT_EQ(json_find_string(text, "config_key"), "a\"b\\c\nd");
   EXPECT_FALSE(json_find_string(text, "missing").has_value());
+  // Read back by a parser: a key inside a string value or a nested object is not a
+  // top-level field (the substring search this replaced matched both).
+  JsonObject nested;
+  nested.str("note", "\"run_kind\": \"sweep\"").raw("machine", R"({"run_kind": "calibrate"})");
+  EXPECT_FALSE(json_find_string(nested.render(), "run_kind").has_value());
+  EXPECT_FALSE(json_find_string("{\"kind\": ", "kind").has_value());  // truncated file
+  EXPECT_THROW(JsonObject().raw("bad", "{not json"), std::invalid_argument);
+}
+
+TEST(ResultsIo, FindResumableParsesContexts) {
+  const auto dir = std::filesystem::temp_directory_path() / "crossmod_find_resumable_test";
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  auto put = [&](const std::string& stem, const std::string& json) {
+    write_file_atomic((dir / (stem + ".csv")).string(), results_csv_header() + "\n");
+    if (!json.empty()) write_file_atomic((dir / (stem + ".json")).string(), json);
+  };
+  auto ctx = [](const char* kind, const char* key) {
+    JsonObject o;
+    o.str("run_kind", kind).str("config_key", key);
+    return o.render();
+  };
+  put("sweep-20260101T000000Z", ctx("sweep", "k1"));
+  put("sweep-20260102T000000Z", ctx("sweep", "k1"));
+  put("sweep-20260103T000000Z", ctx("calibrate", "k1"));
+  put("sweep-20260104T000000Z", "{\"run_kind\": \"sweep\", \"config_key\": \"k1\"");  // torn
+  put("sweep-20260105T000000Z", "");  // no context
+  ASSERT_EQ(list_sweep_csvs(dir.string()).size(), 5u);
+  EXPECT_EQ(context_json_path((dir / "sweep-x.csv").string()), (dir / "sweep-x.json").string());
+  EXPECT_EQ(find_resumable(dir.string(), "sweep", "k1"), (dir / "sweep-20260102T000000Z.csv").string());
+  EXPECT_EQ(find_resumable(dir.string(), "calibrate", "k1"), (dir / "sweep-20260103T000000Z.csv").string());
+  EXPECT_FALSE(find_resumable(dir.string(), "sweep", "k2").has_value());
+  EXPECT_TRUE(list_sweep_csvs((dir / "absent").string()).empty());
+  JsonObject with_machine;
+  with_machine.str("slug", "top-level-is-not-it").raw("machine", R"({"slug": "amd-x", "cores": 2})");
+  EXPECT_EQ(context_machine_slug(with_machine.render()), "amd-x");
+  EXPECT_FALSE(context_machine_slug(ctx("sweep", "k1")).has_value());
+  EXPECT_FALSE(context_machine_slug("{\"machine\": {\"slug\": ").has_value());
+  std::filesystem::remove_all(dir);
 }
 
 TEST(ResultsIo, FormatDuration) {

@@ -382,7 +382,7 @@ TEST(Rounds, ActiveRoundsAndEvidenceCountRoundsNotToggles) {
   k.min_active_rounds = 3;
   const VerdictReport v3 = decide_verdict(rows, k, 10);
   EXPECT_EQ(v3.verdict, Verdict::not_established);
-  EXPECT_NE(v3.advice.find("soak --wait 800"), std::string::npos) << v3.advice;
+  EXPECT_NE(v3.advice.find("crossmod soak --for"), std::string::npos) << v3.advice;
 }
 
 TEST(Rounds, SentinelTearsInBurstsButNotAlways) {

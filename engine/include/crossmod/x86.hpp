@@ -1,6 +1,7 @@
-// x86-64 encodings and CPU primitives: the one place where opcodes, CPUID, RDTSC and the
-// in-line store instructions live. No bare hex opcodes appear in logic outside this file
-// and src/x86.cpp.
+// x86-64 encodings and CPU primitives: the one place where the engine's opcodes, CPUID,
+// RDTSC and the in-line store instructions live. No bare hex opcodes appear in engine
+// logic outside this file and src/x86.cpp. Encodings used only to build sites for tests
+// and measurements live in engine/testsupport (crossmod/testsupport/site_code.hpp).
 // Thread safety: all functions are thread-safe; rdtsc/pause/store_* are async-signal-safe.
 #pragma once
 #include <array>
@@ -16,25 +17,13 @@ inline constexpr std::uint8_t kInt3 = 0xCC;       // INT3, SDM Vol 2A "INT n/INT
 inline constexpr std::uint8_t kCallRel32 = 0xE8;  // CALL rel32
 inline constexpr std::uint8_t kJmpRel8 = 0xEB;    // JMP rel8
 inline constexpr std::uint8_t kRet = 0xC3;        // RET (near)
-inline constexpr std::uint8_t kXorEaxEax[2] = {0x31, 0xC0};
-inline constexpr std::uint8_t kMovEaxImm32 = 0xB8;  // MOV r32, imm32 (+rd, eax = 0)
 // 0x0E (PUSH CS) is invalid in 64-bit mode: any jump into a 0x0E-filled page faults with
 // SIGILL at the first byte it lands on (SDM Vol 2 Appendix A, opcode map, "i64").
 inline constexpr std::uint8_t kInvalid64 = 0x0E;
-inline constexpr std::array<std::uint8_t, 2> kUd2 = {0x0F, 0x0B};
 inline constexpr std::size_t kCallLen = 5;
 inline constexpr std::size_t kMaxPatchLen = 8;
 // The canonical 5-byte NOP (SDM Vol 2B "NOP", recommended multi-byte sequence).
 inline constexpr std::array<std::uint8_t, 5> kNop5 = {0x0F, 0x1F, 0x44, 0x00, 0x00};
-// A 5-byte NOP whose length is decided by its LAST byte: four operand-size prefixes and
-// 0x90. Used by the stress site because every torn mix of it with a call is #UD at the
-// first instruction (see harness/site.hpp for why kNop5 cannot give that at S = 3, 4).
-inline constexpr std::array<std::uint8_t, 5> kNop5Prefixed = {0x66, 0x66, 0x66, 0x66, 0x90};
-// Single-byte opcodes that are invalid in 64-bit mode (SDM Vol 2 Appendix A, "i64").
-// 0xC4/0xC5 are excluded: in 64-bit mode they are VEX prefixes.
-inline constexpr std::array<std::uint8_t, 20> kInvalidIn64 = {
-    0x06, 0x07, 0x0E, 0x16, 0x17, 0x1E, 0x1F, 0x27, 0x2F, 0x37,
-    0x3F, 0x60, 0x61, 0x62, 0x82, 0x9A, 0xCE, 0xD4, 0xD5, 0xD6};
 
 // Encodes `call rel32` at address `at` targeting `target`. out_of_range if the
 // displacement does not fit in a signed 32-bit value (never truncates).

@@ -1,5 +1,5 @@
-// The entry point of `crossmod bench` (harness/src/bench_cmd.cpp parses the flags; the
-// suites and their runner live here, next to the benchmarks, in engine/bench/).
+// The entry point of `crossmod bench` (bench_cmd.cpp parses the flags). The runner is
+// harness code; the suites it drives are engine/bench/, which depends only on the engine.
 // Thread safety: call run() once, from the main thread.
 //
 // Output contract (crossmod_schema_version 1), all in DIR/bench-<stamp>*:

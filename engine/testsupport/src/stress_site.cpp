@@ -1,8 +1,8 @@
-// The stress site (see site.hpp and DESIGN.md "The stress site"): one reservation of
+// The stress site (see stress_site.hpp and DESIGN.md "The stress site"): one reservation of
 // address space holding the site page, the stub page and the PROT_NONE window every torn
 // call lands in; create() proves every torn mix faults (Zydis) before a cell may use it.
 // Thread safety: create/destroy from one thread; entry() is safe on any thread.
-#include "site.hpp"
+#include "crossmod/testsupport/stress_site.hpp"
 
 #include <Zydis/Zydis.h>
 #include <fmt/core.h>
@@ -14,9 +14,10 @@
 #include <cstring>
 
 #include "crossmod/code_memory.hpp"
+#include "crossmod/testsupport/site_code.hpp"
 #include "crossmod/x86.hpp"
 
-namespace crossmod::harness {
+namespace crossmod::testsupport {
 namespace {
 
 using Bytes5 = std::array<std::uint8_t, 5>;
@@ -26,18 +27,15 @@ using Bytes5 = std::array<std::uint8_t, 5>;
 // is #UD at its first byte for every S. r3 is small and positive: the stub lies about
 // +101 MiB ahead, far from the torn window (which B's last byte puts near -1.75 GiB).
 constexpr std::array<std::uint8_t, 4> kRel32Bytes = {
-    x86::kInvalidIn64[2],   // 0x0E
-    x86::kInvalidIn64[5],   // 0x1E
-    x86::kInvalidIn64[3],   // 0x16
-    x86::kInvalidIn64[0]};  // 0x06
+    kInvalidIn64[2],   // 0x0E
+    kInvalidIn64[5],   // 0x1E
+    kInvalidIn64[3],   // 0x16
+    kInvalidIn64[0]};  // 0x06
 static_assert(kRel32Bytes[3] < 0x80, "the stub must lie ahead of the site (positive rel32)");
 constexpr std::int64_t kStubDisplacement =
     static_cast<std::int64_t>(kRel32Bytes[0]) | (static_cast<std::int64_t>(kRel32Bytes[1]) << 8) |
     (static_cast<std::int64_t>(kRel32Bytes[2]) << 16) |
     (static_cast<std::int64_t>(kRel32Bytes[3]) << 24);
-
-// mov eax, 1; ret — the stub's return value is how an executor tells state A ran.
-constexpr std::array<std::uint8_t, 6> kStub = {x86::kMovEaxImm32, 1, 0, 0, 0, x86::kRet};
 
 std::string hex(std::span<const std::uint8_t> b) {
   std::string s;
@@ -152,7 +150,7 @@ std::unique_ptr<StressSite> StressSite::create(unsigned straddle, unsigned line_
   auto impl = std::make_unique<Impl>();
   Impl& m = *impl;
   if (state_b.empty()) {
-    std::memcpy(m.b.data(), x86::kNop5Prefixed.data(), 5);
+    m.b = kNop5Prefixed;
   } else if (state_b.size() != 5) {
     return refuse(fmt::format("state_b has {} bytes, need 5", state_b.size()));
   } else {
@@ -182,7 +180,7 @@ std::unique_ptr<StressSite> StressSite::create(unsigned straddle, unsigned line_
   const std::uintptr_t boundary = m.site_page + page / 2;
   const std::uintptr_t site = straddle ? boundary - straddle : boundary + line_offset;
   m.site = reinterpret_cast<std::uint8_t*>(site);
-  m.entry = m.site - sizeof x86::kXorEaxEax;
+  m.entry = m.site - kEntryPrologueLen;
   m.line_offset = static_cast<unsigned>(site % line);
   if (window_off != 0) {
     m.window_begin = page_down(site + 5 + static_cast<std::uintptr_t>(window_off));
@@ -201,8 +199,8 @@ std::unique_ptr<StressSite> StressSite::create(unsigned straddle, unsigned line_
   if (mprotect(sp, 2 * page, PROT_READ | PROT_WRITE) != 0) {
     return refuse(fmt::format("mprotect stub page: {}", std::strerror(errno)));
   }
-  std::memset(sp, x86::kInvalid64, 2 * page);
-  std::memcpy(m.stub, kStub.data(), kStub.size());
+  fill_invalid({static_cast<std::uint8_t*>(sp), 2 * page});
+  write_stub(m.stub);
   if (mprotect(sp, 2 * page, PROT_READ | PROT_EXEC) != 0) {
     return refuse(fmt::format("mprotect stub page: {}", std::strerror(errno)));
   }
@@ -212,10 +210,8 @@ std::unique_ptr<StressSite> StressSite::create(unsigned straddle, unsigned line_
   if (mprotect(pp, page, PROT_READ | PROT_WRITE) != 0) {
     return refuse(fmt::format("mprotect site page: {}", std::strerror(errno)));
   }
-  std::memset(pp, x86::kInvalid64, page);
-  std::memcpy(m.entry, x86::kXorEaxEax, sizeof x86::kXorEaxEax);
-  std::memcpy(m.site, m.a.data(), 5);
-  m.site[5] = x86::kRet;
+  fill_invalid({static_cast<std::uint8_t*>(pp), page});
+  write_entry(m.site, m.a);
   if (mprotect(pp, page, PROT_READ | PROT_EXEC) != 0) {
     return refuse(fmt::format("mprotect site page: {}", std::strerror(errno)));
   }
@@ -295,4 +291,4 @@ std::uintptr_t StressSite::torn_window_end() const { return impl_->window_end; }
 std::uintptr_t StressSite::reservation_begin() const { return impl_->base; }
 std::uintptr_t StressSite::reservation_end() const { return impl_->base + impl_->len; }
 
-}  // namespace crossmod::harness
+}  // namespace crossmod::testsupport

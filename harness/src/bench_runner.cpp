@@ -5,9 +5,11 @@
 #include <benchmark/benchmark.h>
 #include <fmt/core.h>
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
 #include <ctime>
 #include <filesystem>
 #include <map>
@@ -17,13 +19,14 @@
 #include <string>
 #include <vector>
 
-#include "bench_api.hpp"
+#include "bench_runner.hpp"
 #include "bench_support.hpp"
 #include "commands.hpp"
 #include "crossmod/machine.hpp"
 #include "crossmod/tmax_config.hpp"
 #include "crossmod/x86.hpp"
 #include "results_io.hpp"  // utc_stamp: one stamp format for every results file
+#include "topology.hpp"
 
 namespace crossmod::bench {
 namespace {
@@ -45,24 +48,6 @@ std::uint64_t timer_overhead_ticks() {
   }
   std::nth_element(d.begin(), d.begin() + 1000, d.end());
   return d[1000];
-}
-
-std::string json_string(const std::string& s) {
-  std::string out = "\"";
-  for (char c : s) {
-    switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\t': out += "\\t"; break;
-      default:
-        if (static_cast<unsigned char>(c) < 0x20)
-          out += fmt::format("\\u{:04x}", static_cast<unsigned>(c));
-        else
-          out += c;
-    }
-  }
-  return out + "\"";
 }
 
 std::string join(const std::vector<int>& v) {
@@ -238,34 +223,45 @@ std::string summary_note(const CpuIdentity& cpu) {
       cpu.hypervisor ? fmt::format(" (virtualised, hypervisor '{}')", cpu.hypervisor_vendor) : "");
 }
 
+using Json = nlohmann::ordered_json;
+
+// A ratio term as the summary has always written it: six significant digits (the
+// measurements carry fewer), null if not finite.
+Json sig6(double v) {
+  if (!std::isfinite(v)) return nullptr;
+  return Json::parse(fmt::format("{:.6g}", v));
+}
+
 void write_summary(const std::string& path, const Summary& s, const std::string& json_name,
                    const std::string& note) {
-  std::string out = "{\n";
-  out += fmt::format("  \"crossmod_schema_version\": {},\n", kBenchSchemaVersion);
-  out += fmt::format("  \"benchmark_json\": {},\n", json_string(json_name));
-  out += fmt::format("  \"machine_slug\": {},\n", json_string(machine_slug()));
-  out += fmt::format("  \"tmax_ticks\": {},\n", env().tmax_ticks);
-  out += fmt::format("  \"tmax_source\": {},\n", json_string(env().tmax_source));
-  out += fmt::format("  \"tmax_is_default\": {},\n", env().tmax_is_default ? "true" : "false");
-  out += fmt::format("  \"tsc_hz\": {:.0f},\n", env().tsc_hz);
-  out += fmt::format("  \"note\": {},\n", json_string(note));
-  out += "  \"ratios\": [";
-  bool first = true;
+  // One ratio per line, as the summary has always been laid out.
+  auto lines = [](const std::vector<std::string>& items) {
+    std::string out = "[";
+    for (std::size_t i = 0; i < items.size(); ++i) out += (i ? ",\n  " : "\n  ") + items[i];
+    return out + "\n]";
+  };
+  std::vector<std::string> ratios, missing;
   for (const Ratio& r : s.ratios()) {
-    out += fmt::format(
-        "{}\n    {{\"name\": {}, \"value\": {:.6g}, \"numerator\": {}, \"numerator_value\": {:.6g}, "
-        "\"denominator\": {}, \"denominator_value\": {:.6g}}}",
-        first ? "" : ",", json_string(r.name), r.value, json_string(r.num.source), r.num.value,
-        json_string(r.den.source), r.den.value);
-    first = false;
+    ratios.push_back(harness::json_one_line(Json{{"name", r.name},
+                                                 {"value", sig6(r.value)},
+                                                 {"numerator", r.num.source},
+                                                 {"numerator_value", sig6(r.num.value)},
+                                                 {"denominator", r.den.source},
+                                                 {"denominator_value", sig6(r.den.value)}}));
   }
-  out += "\n  ],\n  \"missing\": [";
-  first = true;
-  for (const std::string& m : s.missing()) {
-    out += fmt::format("{}\n    {}", first ? "" : ",", json_string(m));
-    first = false;
-  }
-  out += "\n  ]\n}\n";
+  for (const std::string& m : s.missing()) missing.push_back(harness::json_string(m));
+  harness::JsonObject doc;
+  doc.num("crossmod_schema_version", static_cast<std::int64_t>(kBenchSchemaVersion))
+      .str("benchmark_json", json_name)
+      .str("machine_slug", machine_slug())
+      .num("tmax_ticks", env().tmax_ticks)
+      .str("tmax_source", env().tmax_source)
+      .boolean("tmax_is_default", env().tmax_is_default)
+      .raw("tsc_hz", fmt::format("{:.0f}", env().tsc_hz))
+      .str("note", note)
+      .raw("ratios", lines(ratios))
+      .raw("missing", lines(missing));
+  const std::string out = doc.render() + "\n";
   std::FILE* f = std::fopen(path.c_str(), "w");
   if (!f || std::fputs(out.c_str(), f) < 0 || std::fclose(f) != 0)
     throw std::runtime_error(fmt::format("cannot write {}", path));
@@ -315,7 +311,13 @@ int run(const Options& opts) {
   e.tmax_source = cfg.source;
   e.tmax_is_default = cfg.is_default;
   e.tsc_hz = tsc.hz;
-  e.topology = &topo;
+  e.place = [&topo](unsigned executors) {
+    const harness::Assignment a = topo.assign(harness::Placement::spread, executors);
+    return Placement{a.patcher_pu, a.executor_pus, a.oversubscribed, a.warning};
+  };
+  e.bind_current_thread = [&topo](int pu, std::string* err) {
+    return topo.bind_current_thread(pu, err);
+  };
   e.smoke = opts.smoke;
   const unsigned pus = static_cast<unsigned>(topo.pus().size());
   e.max_executors = opts.max_executors ? opts.max_executors : std::max(1u, pus > 0 ? pus - 1 : 1u);
@@ -325,8 +327,8 @@ int run(const Options& opts) {
   if (tsc.hz <= 0) throw std::runtime_error("TSC frequency unknown; cannot convert ticks");
 
   std::string pin_err;
-  const harness::Assignment& a1 = placement(1);
-  const harness::Assignment& an = placement(e.max_executors);
+  const Placement& a1 = placement(1);
+  const Placement& an = placement(e.max_executors);
   if (!pin_patcher(&pin_err))
     fmt::print(stderr, "crossmod bench: warning: cannot pin the patcher to PU {}: {}\n",
                a1.patcher_pu, pin_err);
