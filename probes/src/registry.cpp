@@ -83,7 +83,7 @@ bool is_nop_sled(const Bytes5& b) noexcept {
 // ---- far thunks to the shared entry trampoline ------------------------------------------
 // `jmp [rip+0]; .quad trampoline` in a page within rel32 reach of the site; the return
 // address the trampoline sees is still the site's. Blocks are never freed.
-std::vector<std::uintptr_t>* g_thunks = nullptr;  // guarded by the registry mutex
+std::vector<CodeBlock*>* g_thunks = nullptr;  // guarded by the registry mutex; never freed
 
 }  // namespace
 
@@ -92,10 +92,13 @@ std::uintptr_t entry_trampoline_near(std::uintptr_t site, Status* status) noexce
   *status = Status::ok;
   if (rel32_reachable(site + x86::kCallLen, tramp)) return tramp;
   try {
-    if (g_thunks == nullptr) g_thunks = new std::vector<std::uintptr_t>();
-    for (std::uintptr_t t : *g_thunks)
+    if (g_thunks == nullptr) g_thunks = new std::vector<CodeBlock*>();
+    for (CodeBlock* b : *g_thunks) {
+      const auto t = reinterpret_cast<std::uintptr_t>(b->data());
       if (rel32_reachable(site + x86::kCallLen, t)) return t;
-    auto* block = new CodeBlock();  // leaked on purpose: sites call it for ever
+    }
+    g_thunks->reserve(g_thunks->size() + 1);  // so push_back below cannot throw
+    auto* block = new CodeBlock();  // kept for ever: sites call it
     if (crossmod::Status s = CodeBlock::allocate(enc::kThunkLen, reinterpret_cast<void*>(site), block);
         s != crossmod::Status::ok) {
       delete block;
@@ -108,9 +111,8 @@ std::uintptr_t entry_trampoline_near(std::uintptr_t site, Status* status) noexce
     t[1] = enc::kJmpRipIndirect[1];
     std::memset(t + 2, 0, 4);  // disp32 = 0: the target follows the instruction
     std::memcpy(t + 6, &tramp, sizeof tramp);
-    const auto addr = reinterpret_cast<std::uintptr_t>(t);
-    g_thunks->push_back(addr);
-    return addr;
+    g_thunks->push_back(block);
+    return reinterpret_cast<std::uintptr_t>(t);
   } catch (...) {
     *status = Status::engine_error;
     return 0;
@@ -204,8 +206,34 @@ std::uint32_t register_probe_locked(const NewProbe& np, Status* status) noexcept
   return id;
 }
 
+namespace {
+// The toggle lock: a spinlock held only by togglers (never by executing threads). Yields
+// so that a preempted holder on a busy machine gets to run.
+class ProbeLock {
+ public:
+  explicit ProbeLock(Probe& p) noexcept : p_(&p) { acquire(p); }
+  ~ProbeLock() { release(*p_); }
+  ProbeLock(const ProbeLock&) = delete;
+  ProbeLock& operator=(const ProbeLock&) = delete;
+  static void acquire(Probe& p) noexcept {
+    unsigned spins = 0;
+    while (p.lock.exchange(true, std::memory_order_acquire)) {
+      if (++spins % 64 == 0) sched_yield();
+      x86::pause();
+    }
+  }
+  static void release(Probe& p) noexcept { p.lock.store(false, std::memory_order_release); }
+
+ private:
+  Probe* p_;
+};
+
+}  // namespace
+
+// Takes the probe's toggle lock for the fields togglers write (never called with it held).
 void fill_info(ProbeId id, ProbeInfo* out) noexcept {
-  const Probe& p = g_probes[id];
+  Probe& p = g_probes[id];
+  ProbeLock lock(p);
   out->id = id;
   out->function = p.function;
   out->name = p.name;
@@ -237,27 +265,6 @@ void announce(ProbeId id) noexcept {
 namespace {
 
 // ---- toggling ---------------------------------------------------------------------------
-
-// The toggle lock: a spinlock held only by togglers (never by executing threads). Yields
-// so that a preempted holder on a busy machine gets to run.
-class ProbeLock {
- public:
-  explicit ProbeLock(Probe& p) noexcept : p_(&p) { acquire(p); }
-  ~ProbeLock() { release(*p_); }
-  ProbeLock(const ProbeLock&) = delete;
-  ProbeLock& operator=(const ProbeLock&) = delete;
-  static void acquire(Probe& p) noexcept {
-    unsigned spins = 0;
-    while (p.lock.exchange(true, std::memory_order_acquire)) {
-      if (++spins % 64 == 0) sched_yield();
-      x86::pause();
-    }
-  }
-  static void release(Probe& p) noexcept { p.lock.store(false, std::memory_order_release); }
-
- private:
-  Probe* p_;
-};
 
 std::uint64_t wait_ticks() noexcept {
   std::uint64_t t = g_wait_ticks.load(std::memory_order_acquire);

@@ -216,7 +216,7 @@ TEST_P(MtStrategy, ManualStraddlingSitesEightThreads) {
     cp::ProbeId id = cp::kNoProbe;
     ASSERT_EQ(cp::register_entry_site(m.site, 0, "mt_manual", &id), cp::Status::ok);
     MtConfig cfg;
-    cfg.seconds = 0.3;
+    cfg.seconds = 0.2;
     cfg.strategy = GetParam();
     auto fn = m.fn;
     check(run_mt(id, [fn](workload::Counters* c) { fn(); account(c); }, cfg));
