@@ -4,7 +4,10 @@
 // scanned, GCC's five single-byte NOPs are rewritten into this site's callpatch-inactive
 // form (a single instruction or a short jump), so that later toggles meet the engine's
 // layout-equivalence constraint; activation writes a call to the shared entry trampoline
-// (trampoline_x86_64.S) directly or through a far thunk.
+// (trampoline_x86_64.S) directly or through a far thunk. Each site also carries an exit
+// probe: while it is active, the entry trampoline redirects the function's return
+// address to the exit trampoline (per-thread shadow stack; longjmp-safe, NOT exception-
+// safe - see trampoline_x86_64.S). The call stays in place while either probe is on.
 // Thread safety: scan_loaded_objects is thread-safe (registry mutex); its precondition is
 // that no thread executes a newly scanned object's sleds during the call (true in a
 // library constructor before main, or right after dlopen before the new code is used).
@@ -71,6 +74,9 @@ Status scan_loaded_objects(std::size_t* new_probes) noexcept {
             continue;
           }
           fresh.push_back(id);
+          const std::uint32_t exit_id = register_exit_partner_locked(id, &rs);
+          if (exit_id != kNone) fresh.push_back(exit_id);
+          else if (first == Status::ok) first = rs;
         }
       }
     }

@@ -5,6 +5,9 @@
 // the registration and batch paths only.
 #include <fnmatch.h>
 #include <sched.h>
+#include <unistd.h>
+
+#include <cstdlib>
 
 #include <algorithm>
 #include <cstring>
@@ -197,6 +200,8 @@ std::uint32_t register_probe_locked(const NewProbe& np, Status* status) noexcept
     }
   }
   p.prepare_status = prep;
+  p.partner = kNone;
+  p.code_on = active;
   p.active.store(active, std::memory_order_relaxed);
   if (!g_sites.insert(np.site, id)) {
     *status = Status::table_full;
@@ -204,6 +209,12 @@ std::uint32_t register_probe_locked(const NewProbe& np, Status* status) noexcept
   }
   g_count.store(id + 1, std::memory_order_release);
   return id;
+}
+
+// The probe whose lock, CallSite and strategy govern p's site: p itself, or for the exit
+// probe of a patchable site its entry probe.
+Probe& code_owner(Probe& p) noexcept {
+  return (p.kind == Kind::exit && p.partner < kMaxProbes) ? g_probes[p.partner] : p;
 }
 
 namespace {
@@ -231,9 +242,38 @@ class ProbeLock {
 }  // namespace
 
 // Takes the probe's toggle lock for the fields togglers write (never called with it held).
+std::uint32_t register_exit_partner_locked(std::uint32_t entry_id, Status* status) noexcept {
+  *status = Status::ok;
+  const std::uint32_t id = g_count.load(std::memory_order_relaxed);
+  if (id >= kMaxProbes) {
+    *status = Status::table_full;
+    return kNone;
+  }
+  Probe& e = g_probes[entry_id];
+  Probe& x = g_probes[id];
+  x.function = e.function;
+  x.site = e.site;  // shared with the entry probe; not in the site map
+  x.name = e.name;
+  x.object = e.object;
+  x.kind = Kind::exit;
+  x.provider = e.provider;
+  x.form = e.form;
+  x.split = e.split;
+  x.active_bytes = e.active_bytes;
+  x.prepare_status = e.prepare_status;
+  x.partner = entry_id;
+  x.fn.store(nullptr, std::memory_order_relaxed);
+  x.active.store(false, std::memory_order_relaxed);
+  e.partner = id;
+  g_count.store(id + 1, std::memory_order_release);
+  return id;
+}
+
+Probe& code_owner(Probe& p) noexcept;
+
 void fill_info(ProbeId id, ProbeInfo* out) noexcept {
   Probe& p = g_probes[id];
-  ProbeLock lock(p);
+  ProbeLock lock(code_owner(p));
   out->id = id;
   out->function = p.function;
   out->name = p.name;
@@ -242,9 +282,9 @@ void fill_info(ProbeId id, ProbeInfo* out) noexcept {
   out->site = p.site;
   out->split = p.split;
   out->provider = p.provider;
-  out->strategy = p.strategy;
+  out->strategy = code_owner(p).strategy;
   out->active = p.active.load(std::memory_order_acquire);
-  out->pending = p.has_pending;
+  out->pending = code_owner(p).has_pending;
   out->fn = p.fn.load(std::memory_order_acquire);
 }
 
@@ -340,22 +380,34 @@ Status write_site(Probe& p, const Bytes5& bytes, bool on, WordPatcher& wp,
   return from_engine(wp.patch(site, bytes));
 }
 
-// With p's lock held: switches to `on`. Idempotent.
+// With the code owner's lock held: switches p's logical state to `on` and the site's
+// code to "active while the owner or its exit partner is active". Idempotent.
 Status toggle_locked(Probe& p, bool on, WordPatcher& wp, std::vector<PatchHandle>* batch) noexcept {
-  if (p.prepare_status != Status::ok) return p.prepare_status;
-  if (Status s = finish_pending(p, wp); s != Status::ok) return s;
+  Probe& owner = code_owner(p);
+  if (owner.prepare_status != Status::ok) return owner.prepare_status;
+  if (Status s = finish_pending(owner, wp); s != Status::ok) return s;
   const bool was = p.active.load(std::memory_order_relaxed);
   if (was == on) return Status::ok;
-  // Like text_poke: the bytes must be exactly what we left there.
-  const Bytes5 expect = state_bytes(p, was, p.strategy);
-  if (read5(p.site) != expect) return Status::bytes_changed;
   // Publish the state first in both directions: after activate() the first execution of
   // the new call sees active; after deactivate() a stale fetch of the old call (or a
   // thread between the site and the check) finds the probe off and does not call fn.
   p.active.store(on, std::memory_order_release);
-  const Status s = write_site(p, state_bytes(p, on, p.strategy), on, wp, batch);
-  if (s != Status::ok) p.active.store(was, std::memory_order_release);
-  return s;
+  bool want = owner.active.load(std::memory_order_relaxed);
+  if (owner.partner < kMaxProbes && &owner != &g_probes[owner.partner])
+    want = want || g_probes[owner.partner].active.load(std::memory_order_relaxed);
+  if (want == owner.code_on) return Status::ok;
+  // Like text_poke: the bytes must be exactly what we left there.
+  if (read5(owner.site) != state_bytes(owner, owner.code_on, owner.strategy)) {
+    p.active.store(was, std::memory_order_release);
+    return Status::bytes_changed;
+  }
+  const Status s = write_site(owner, state_bytes(owner, want, owner.strategy), want, wp, batch);
+  if (s != Status::ok) {
+    p.active.store(was, std::memory_order_release);
+    return s;
+  }
+  owner.code_on = want;
+  return Status::ok;
 }
 
 WordPatcher make_patcher() noexcept { return WordPatcher(WaitPolicy::Ticks(wait_ticks())); }
@@ -384,14 +436,24 @@ Status batch(Pred pred, bool on, ProbeFn fn, std::size_t* toggled) noexcept {
   auto note = [&first](Status s) {
     if (first == Status::ok) first = s;
   };
-  for (ProbeId id : ids) ProbeLock::acquire(g_probes[id]);
+  // Lock the code owners (an exit probe's owner is its entry probe), once each, ascending.
+  std::vector<ProbeId> owners;
+  try {
+    for (ProbeId id : ids)
+      owners.push_back(static_cast<ProbeId>(&code_owner(g_probes[id]) - g_probes));
+  } catch (...) {
+    return Status::engine_error;
+  }
+  std::sort(owners.begin(), owners.end());
+  owners.erase(std::unique(owners.begin(), owners.end()), owners.end());
+  for (ProbeId id : owners) ProbeLock::acquire(g_probes[id]);
   for (ProbeId id : ids) {
     Probe& p = g_probes[id];
     if (on) p.fn.store(fn, std::memory_order_release);
     note(toggle_locked(p, on, wp, &handles));
   }
   if (!handles.empty()) note(from_engine(wp.finish_patches(handles)));
-  for (ProbeId id : ids) ProbeLock::release(g_probes[id]);
+  for (ProbeId id : owners) ProbeLock::release(g_probes[id]);
   return first;
 }
 
@@ -447,7 +509,7 @@ Status activate(ProbeId id, ProbeFn fn) noexcept {
   if (!valid(id)) return Status::unknown_id;
   if (fn == nullptr) return Status::bad_argument;
   Probe& p = g_probes[id];
-  ProbeLock lock(p);
+  ProbeLock lock(code_owner(p));
   // Active -> active: only the function pointer changes, no code is written.
   p.fn.store(fn, std::memory_order_release);
   WordPatcher wp = make_patcher();
@@ -457,7 +519,7 @@ Status activate(ProbeId id, ProbeFn fn) noexcept {
 Status deactivate(ProbeId id) noexcept {
   if (!valid(id)) return Status::unknown_id;
   Probe& p = g_probes[id];
-  ProbeLock lock(p);
+  ProbeLock lock(code_owner(p));
   WordPatcher wp = make_patcher();
   return toggle_locked(p, false, wp, nullptr);
 }
@@ -466,7 +528,7 @@ Status set_strategy(ProbeId id, Strategy s) noexcept {
   if (!valid(id)) return Status::unknown_id;
   if (s != Strategy::callpatch && s != Strategy::wordpatch_sync && s != Strategy::wordpatch_async)
     return Status::bad_argument;
-  Probe& p = g_probes[id];
+  Probe& p = code_owner(g_probes[id]);  // the strategy belongs to the site
   ProbeLock lock(p);
   if (p.prepare_status != Status::ok) return p.prepare_status;
   WordPatcher wp = make_patcher();
@@ -475,7 +537,7 @@ Status set_strategy(ProbeId id, Strategy s) noexcept {
     p.strategy = s;
     return Status::ok;
   }
-  const bool on = p.active.load(std::memory_order_relaxed);
+  const bool on = p.code_on;
   const Bytes5 cur = state_bytes(p, on, p.strategy);
   const Bytes5 next = state_bytes(p, on, s);
   if (read5(p.site) != cur) return Status::bytes_changed;
@@ -589,10 +651,14 @@ Status register_entry_site(void* site, std::uintptr_t function, const char* name
 
 }  // namespace crossmod::probes
 
-// The shared trampoline's C side: `ret` is the return address the site's call pushed.
-// Invocation path: no allocation, no lock (one wait-free map lookup, two atomic loads).
+extern "C" char crossmod_probes_exit_trampoline[];  // trampoline_x86_64.S
+
+// The shared trampoline's C side. `ret` is the return address the site's call pushed;
+// `slot` the instrumented function's own return-address slot (the site is its first
+// instruction). Invocation path: no allocation, no lock (one wait-free map lookup,
+// atomics, TLS).
 extern "C" __attribute__((visibility("hidden"))) void crossmod_probes_entry_dispatch(
-    std::uintptr_t ret) noexcept {
+    std::uintptr_t ret, std::uintptr_t* slot) noexcept {
   using namespace crossmod::probes::detail;
   ThreadState& ts = thread_state();
   if (ts.in_hook != 0) return;
@@ -604,6 +670,47 @@ extern "C" __attribute__((visibility("hidden"))) void crossmod_probes_entry_disp
     if (p.active.load(std::memory_order_acquire)) {
       if (const auto fn = p.fn.load(std::memory_order_acquire)) fn(id, tsc);
     }
+    const std::uint32_t x = p.partner;
+    if (x < crossmod::probes::kMaxProbes && probe(x).active.load(std::memory_order_acquire)) {
+      // Exit probe: redirect the function's return through the exit trampoline. First
+      // drop frames at or below this slot: they belong to calls that never returned
+      // through us (longjmp, or an exception that unwound them).
+      const auto s = reinterpret_cast<std::uintptr_t>(slot);
+      while (ts.ret_depth > 0 && ts.rets[ts.ret_depth - 1].slot <= s) --ts.ret_depth;
+      if (ts.ret_depth < kRetDepth) {
+        ts.rets[ts.ret_depth++] = {s, *slot, tsc, x};
+        *slot = reinterpret_cast<std::uintptr_t>(crossmod_probes_exit_trampoline);
+      }
+    }
   }
   ts.in_hook = 0;
+}
+
+// The exit trampoline's C side: `entry_rsp` is rsp as the instrumented function returned
+// into the trampoline (its slot + 8). Returns where the function really returns to.
+// Invocation path: no allocation, no lock.
+extern "C" __attribute__((visibility("hidden"))) std::uintptr_t crossmod_probes_exit_dispatch(
+    std::uintptr_t entry_rsp) noexcept {
+  using namespace crossmod::probes::detail;
+  ThreadState& ts = thread_state();
+  const std::uintptr_t slot = entry_rsp - sizeof(std::uintptr_t);
+  // Frames below ours were skipped by longjmp; ours is the first at this slot.
+  while (ts.ret_depth > 0 && ts.rets[ts.ret_depth - 1].slot < slot) --ts.ret_depth;
+  if (ts.ret_depth == 0 || ts.rets[ts.ret_depth - 1].slot != slot) {
+    // No record of this return: the shadow stack was corrupted. Nothing safe to return
+    // to; say so with write(2) (async-signal-safe) and abort.
+    static const char msg[] = "crossmod probes: exit trampoline without a frame; aborting\n";
+    (void)!::write(2, msg, sizeof msg - 1);
+    std::abort();
+  }
+  const RetFrame f = ts.rets[--ts.ret_depth];
+  if (ts.in_hook == 0) {
+    ts.in_hook = 1;
+    Probe& x = probe(f.exit_id);
+    if (x.active.load(std::memory_order_acquire)) {
+      if (const auto fn = x.fn.load(std::memory_order_acquire)) fn(f.exit_id, f.tsc);
+    }
+    ts.in_hook = 0;
+  }
+  return f.ret;
 }

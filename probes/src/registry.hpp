@@ -38,8 +38,14 @@ struct Probe {
   std::atomic<ProbeFn> fn{nullptr};
   std::atomic<bool> active{false};
 
-  // Guarded by `lock` (the toggle path).
+  // A patchable-entry site carries two probes: the entry probe owns the code (CallSite,
+  // strategy, lock) and `partner` names its exit probe (and the exit probe its owner).
+  // The call is in place while either is active. kNone otherwise.
+  std::uint32_t partner = 0xFFFFFFFFu;
+
+  // Guarded by the code owner's `lock` (the toggle path).
   std::atomic<bool> lock{false};
+  bool code_on = false;  // the site holds the active form
   Strategy strategy = Strategy::callpatch;
   CallSite cs;
   PatchHandle pending{};
@@ -78,6 +84,9 @@ struct NewProbe {
 };
 std::uint32_t register_probe_locked(const NewProbe& np, Status* status) noexcept;
 void set_tail_exit_locked(std::uintptr_t function, std::uint32_t id) noexcept;
+// Adds the exit probe of a patchable entry site (return-address redirection); kNone on
+// failure.
+std::uint32_t register_exit_partner_locked(std::uint32_t entry_id, Status* status) noexcept;
 void announce(ProbeId id) noexcept;
 
 // Per-thread state of the hooks: a recursion guard and the shadow stack of entry
@@ -88,10 +97,21 @@ struct Frame {
   std::uint64_t tsc;
 };
 inline constexpr unsigned kShadowDepth = 256;
+// A redirected return: the function's return-address slot, what it held, the exit probe
+// and the entry TSC.
+struct RetFrame {
+  std::uintptr_t slot;
+  std::uintptr_t ret;
+  std::uint64_t tsc;
+  std::uint32_t exit_id;
+};
+inline constexpr unsigned kRetDepth = 128;
 struct ThreadState {
   unsigned in_hook;
   unsigned depth;  // may exceed kShadowDepth: deeper frames are counted, not stored
   Frame frames[kShadowDepth];
+  unsigned ret_depth;  // never exceeds kRetDepth: a full stack means "do not redirect"
+  RetFrame rets[kRetDepth];
 };
 ThreadState& thread_state() noexcept;
 

@@ -48,8 +48,10 @@ crossmod_probes_entry_trampoline:
         movdqu  %xmm5, 80(%rsp)
         movdqu  %xmm6, 96(%rsp)
         movdqu  %xmm7, 112(%rsp)
-        /* The return address into the site: 136 + 9 * 8 = 208 bytes up. */
+        /* The return address into the site: 136 + 9 * 8 = 208 bytes up; above it the
+         * instrumented function's own return-address slot (exit probes redirect it). */
         movq    208(%rsp), %rdi
+        leaq    216(%rsp), %rsi
         call    crossmod_probes_entry_dispatch
         movdqu  0(%rsp), %xmm0
         movdqu  16(%rsp), %xmm1
@@ -82,5 +84,40 @@ crossmod_probes_entry_trampoline:
         ret
         .cfi_endproc
         .size   crossmod_probes_entry_trampoline, .-crossmod_probes_entry_trampoline
+
+/* The exit trampoline: an instrumented function whose exit probe was active at entry
+ * returns here instead of to its caller (the entry dispatcher rewrote its return-address
+ * slot and kept the real address in a per-thread shadow stack).
+ *
+ * Saves the return-value registers rax, rdx, xmm0, xmm1 (st0 is untouched: the dispatcher
+ * uses no x87). On entry rsp = slot + 8 = 0 (mod 16); 8 (placeholder) + 16 + 40 = 64, so
+ * rsp = 0 (mod 16) at the inner call.
+ *
+ * No CFI can describe the caller of this frame (its address lives in the shadow stack),
+ * so a C++ exception unwinding through a function with a redirected return terminates
+ * the process: do not enable exit probes on functions that exceptions leave. longjmp is
+ * fine: frames it skips are dropped at the next entry or exit on that thread. */
+        .text
+        .globl  crossmod_probes_exit_trampoline
+        .hidden crossmod_probes_exit_trampoline
+        .type   crossmod_probes_exit_trampoline, @function
+        .p2align 4
+crossmod_probes_exit_trampoline:
+        subq    $8, %rsp                /* placeholder for the real return address */
+        pushq   %rax
+        pushq   %rdx
+        subq    $40, %rsp
+        movdqu  %xmm0, 0(%rsp)
+        movdqu  %xmm1, 16(%rsp)
+        leaq    64(%rsp), %rdi          /* rsp on entry: identifies the frame */
+        call    crossmod_probes_exit_dispatch
+        movq    %rax, 56(%rsp)          /* the real return address into the placeholder */
+        movdqu  0(%rsp), %xmm0
+        movdqu  16(%rsp), %xmm1
+        addq    $40, %rsp
+        popq    %rdx
+        popq    %rax
+        ret
+        .size   crossmod_probes_exit_trampoline, .-crossmod_probes_exit_trampoline
 
         .section .note.GNU-stack,"",@progbits

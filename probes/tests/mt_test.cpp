@@ -223,6 +223,21 @@ TEST_P(MtStrategy, ManualStraddlingSitesEightThreads) {
   }
 }
 
+TEST_P(MtStrategy, PatchableExitProbeEightThreads) {
+  const cp::ProbeId id = find_probe(reinterpret_cast<std::uintptr_t>(&workload::pfe_leaf),
+                                    cp::Provider::patchable, cp::Kind::exit);
+  ASSERT_NE(id, cp::kNoProbe);
+  MtConfig cfg;
+  cfg.seconds = 0.5;
+  cfg.strategy = GetParam();
+  // The exit probe fires after pfe_leaf's own accounting: count in the caller.
+  check(run_mt(id, [](workload::Counters* c) {
+    workload::Counters inner;
+    (void)workload::pfe_leaf(1, &inner);
+    account(c);
+  }, cfg));
+}
+
 INSTANTIATE_TEST_SUITE_P(Strategies, MtStrategy,
                          ::testing::Values(cp::Strategy::callpatch, cp::Strategy::wordpatch_sync,
                                            cp::Strategy::wordpatch_async),

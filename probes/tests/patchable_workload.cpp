@@ -31,4 +31,15 @@ __attribute__((noinline)) double pfe_many_args(long a, long b, long c, long d, l
          3 * x2 + 4 * x3 + 5 * x4 + 6 * x5 + 7 * x6 + 8 * x7;
 }
 
+__attribute__((noipa)) int pfe_call_through(int depth, void (*cb)()) {
+  if (depth == 0) {
+    cb();
+    return 0;
+  }
+  // Through a volatile: GCC would otherwise turn the recursion into a loop (tail recursion
+  // with an accumulator) and the function would be entered once.
+  volatile int inner = pfe_call_through(depth - 1, cb);
+  return inner + 1;
+}
+
 }  // namespace workload

@@ -36,4 +36,7 @@ int pfe_other(int x, Counters* c);
 double pfe_many_args(long a, long b, long c, long d, long e, long f, double x0, double x1,
                      double x2, double x3, double x4, double x5, double x6, double x7);
 
+// Recurses `depth` times (not a tail call), then calls cb; returns depth.
+int pfe_call_through(int depth, void (*cb)());
+
 }  // namespace workload
