@@ -306,7 +306,7 @@ namespace {
 
 // ---- toggling ---------------------------------------------------------------------------
 
-std::uint64_t wait_ticks() noexcept {
+std::uint64_t load_wait_ticks() noexcept {
   std::uint64_t t = g_wait_ticks.load(std::memory_order_acquire);
   if (t != 0) return t;
   TmaxConfig cfg;
@@ -410,26 +410,37 @@ Status toggle_locked(Probe& p, bool on, WordPatcher& wp, std::vector<PatchHandle
   return Status::ok;
 }
 
-WordPatcher make_patcher() noexcept { return WordPatcher(WaitPolicy::Ticks(wait_ticks())); }
+WordPatcher make_patcher() noexcept { return WordPatcher(WaitPolicy::Ticks(load_wait_ticks())); }
 
 bool valid(ProbeId id) noexcept { return id < published_count(); }
 
 // Batch toggle: lock every selected probe (ascending ids: no deadlock with other
 // batches), toggle each, then complete all straddling wordpatch writes with two waits.
+Status batch_ids(const std::vector<ProbeId>& ids, bool on, ProbeFn fn) noexcept;
+
 template <class Pred>
 Status batch(Pred pred, bool on, ProbeFn fn, std::size_t* toggled) noexcept {
   if (on && fn == nullptr) return Status::bad_argument;
   std::vector<ProbeId> ids;
-  std::vector<PatchHandle> handles;
   try {
     const std::uint32_t n = published_count();
     for (ProbeId id = 0; id < n; ++id)
       if (pred(g_probes[id])) ids.push_back(id);
-    handles.reserve(ids.size());
   } catch (...) {
     return Status::engine_error;
   }
   if (toggled != nullptr) *toggled = ids.size();
+  return batch_ids(ids, on, fn);
+}
+
+// `ids` valid and distinct.
+Status batch_ids(const std::vector<ProbeId>& ids, bool on, ProbeFn fn) noexcept {
+  std::vector<PatchHandle> handles;
+  try {
+    handles.reserve(ids.size());
+  } catch (...) {
+    return Status::engine_error;
+  }
   WordPatcher wp = make_patcher();
   if (wp.init_status() != crossmod::Status::ok) return from_engine(wp.init_status());
   Status first = Status::ok;
@@ -607,6 +618,32 @@ Status activate_all(ProbeFn fn, std::size_t* toggled) noexcept {
 }
 Status deactivate_all(std::size_t* toggled) noexcept {
   return batch([](const Probe&) { return true; }, false, nullptr, toggled);
+}
+
+std::uint64_t wait_ticks() noexcept { return load_wait_ticks(); }
+
+namespace {
+Status many(const ProbeId* ids, std::size_t n, bool on, ProbeFn fn) noexcept {
+  if ((ids == nullptr && n != 0) || (on && fn == nullptr)) return Status::bad_argument;
+  std::vector<ProbeId> v;
+  try {
+    v.assign(ids, ids + n);
+    std::sort(v.begin(), v.end());
+    v.erase(std::unique(v.begin(), v.end()), v.end());
+  } catch (...) {
+    return Status::engine_error;
+  }
+  for (ProbeId id : v)
+    if (!valid(id)) return Status::unknown_id;
+  return batch_ids(v, on, fn);
+}
+}  // namespace
+
+Status activate_many(const ProbeId* ids, std::size_t n, ProbeFn fn) noexcept {
+  return many(ids, n, true, fn);
+}
+Status deactivate_many(const ProbeId* ids, std::size_t n) noexcept {
+  return many(ids, n, false, nullptr);
 }
 
 Status set_wait_ticks(std::uint64_t ticks) noexcept {

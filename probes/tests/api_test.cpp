@@ -118,6 +118,25 @@ TEST(Api, BatchByPatternAndAllCostTwoWaitsForAllStraddlers) {
   ASSERT_EQ(cp::deactivate_function(reinterpret_cast<std::uintptr_t>(rs[3].m.site), &n), cp::Status::ok);
 }
 
+TEST(Api, BatchByIdsTogglesExactlyThoseAndRejectsUnknownIds) {
+  std::vector<Registered> rs(5);
+  std::vector<cp::ProbeId> ids;
+  for (unsigned i = 0; i < rs.size(); ++i) {
+    make(i, "api_many", &rs[i]);
+    ids.push_back(rs[i].id);
+  }
+  ASSERT_EQ(cp::activate_many(ids.data(), 3, probetest::count_a), cp::Status::ok);
+  for (unsigned i = 0; i < rs.size(); ++i) {
+    const std::uint64_t h = probetest::hits(rs[i].id);
+    rs[i].m.fn();
+    EXPECT_EQ(probetest::hits(rs[i].id), h + (i < 3 ? 1 : 0)) << i;
+  }
+  ids.push_back(cp::kNoProbe);
+  EXPECT_EQ(cp::deactivate_many(ids.data(), ids.size()), cp::Status::unknown_id);
+  EXPECT_EQ(cp::deactivate_many(ids.data(), 3), cp::Status::ok);
+  EXPECT_EQ(cp::activate_many(nullptr, 2, probetest::count_a), cp::Status::bad_argument);
+}
+
 TEST(Api, DiscoveryReplaysKnownProbesOnce) {
   Registered r;
   make(2, "api_discovery", &r);

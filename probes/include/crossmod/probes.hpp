@@ -117,5 +117,10 @@ Status register_entry_site(void* site, std::uintptr_t function, const char* name
 
 // Wait used by wordpatch strategies; default: the engine's Tmax config (load_tmax_config_auto).
 Status set_wait_ticks(std::uint64_t ticks) noexcept;
+std::uint64_t wait_ticks() noexcept;  // loads the config on first use
+
+// Batch forms over explicit ids (e.g. a profiler's probe set): no scan of the table.
+Status activate_many(const ProbeId* ids, std::size_t n, ProbeFn fn) noexcept;
+Status deactivate_many(const ProbeId* ids, std::size_t n) noexcept;
 
 }  // namespace crossmod::probes
