@@ -127,6 +127,11 @@ std::uint32_t discover(std::uintptr_t ret, std::uintptr_t function, Kind kind) n
       result = first;
     } else if (kind == Kind::exit) {
       result = find_tail_exit(function);
+    } else {
+      // An entry hook reached other than by `call rel32` (-fno-plt's `call *GOT(%rip)`,
+      // a call through a pointer): the hook still runs its shadow stack, but there is no
+      // site to toggle. Remember that, so later calls do not take this path again.
+      mark_no_probe_locked(site);
     }
   } catch (...) {
     return kKnownNone;
@@ -179,7 +184,7 @@ extern "C" __attribute__((no_instrument_function, noinline)) void __cyg_profile_
   push_frame(ts, fn, tsc);
   const auto ret = reinterpret_cast<std::uintptr_t>(__builtin_return_address(0));
   std::uint32_t id = find_site(ret - crossmod::x86::kCallLen);
-  if (id == kNone) id = discover(ret, fn, crossmod::probes::Kind::entry);
+  if (id == kNone) id = discover(ret, fn, crossmod::probes::Kind::entry);  // first call only
   dispatch(id, tsc);
   ts.in_hook = 0;
 }

@@ -122,13 +122,15 @@ std::uintptr_t entry_trampoline_near(std::uintptr_t site, Status* status) noexce
   }
 }
 
+void mark_no_probe_locked(std::uintptr_t site) noexcept { (void)g_sites.insert(site, kKnownNone); }
+
 void set_tail_exit_locked(std::uintptr_t function, std::uint32_t id) noexcept {
   (void)g_tail_exits.insert(function, id);
 }
 
 std::uint32_t register_probe_locked(const NewProbe& np, Status* status) noexcept {
   *status = Status::ok;
-  if (const std::uint32_t existing = g_sites.find(np.site); existing != kNone) return existing;
+  if (const std::uint32_t existing = g_sites.find(np.site); existing < kMaxProbes) return existing;
   const std::uint32_t id = g_count.load(std::memory_order_relaxed);
   if (id >= kMaxProbes) {
     *status = Status::table_full;

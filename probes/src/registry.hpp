@@ -84,6 +84,9 @@ struct NewProbe {
 };
 std::uint32_t register_probe_locked(const NewProbe& np, Status* status) noexcept;
 void set_tail_exit_locked(std::uintptr_t function, std::uint32_t id) noexcept;
+// Remembers that a hook's return address is not a site we can toggle (e.g. an indirect
+// `call *GOT` under -fno-plt), so later calls take the fast path.
+void mark_no_probe_locked(std::uintptr_t site) noexcept;
 // Adds the exit probe of a patchable entry site (return-address redirection); kNone on
 // failure.
 std::uint32_t register_exit_partner_locked(std::uint32_t entry_id, Status* status) noexcept;

@@ -130,4 +130,11 @@ TEST(Cyg, DiscoveryCallbackCanSwitchAProbeOffBeforeItsFirstCall) {
   for (const auto& p : ps) EXPECT_FALSE(p.active);
 }
 
+TEST(Cyg, IndirectHookCallsUnderNoPltRunButCreateNoProbe) {
+  const std::size_t before = cp::count();
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(workload::cyg_noplt(i), 2 * i);
+  EXPECT_EQ(cp::count(), before);
+  EXPECT_TRUE(probes_of(reinterpret_cast<std::uintptr_t>(&workload::cyg_noplt)).empty());
+}
+
 }  // namespace

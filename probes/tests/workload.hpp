@@ -27,6 +27,7 @@ struct Widget {
   int poke(int x, Counters* c);
 };
 int cyg_identity(int x);  // tiny, no counting
+int cyg_noplt(int x);     // cyg_noplt_workload.cpp: -fno-plt, hooks called through the GOT
 
 // patchable_workload.cpp (-fpatchable-function-entry=5)
 int pfe_leaf(int x, Counters* c);
