@@ -147,19 +147,19 @@ inline void dispatch(std::uint32_t id, std::uint64_t tsc) noexcept {
   if (const auto fn = p.fn.load(std::memory_order_acquire)) fn(id, tsc);
 }
 
-// Shadow stack: the TSC of each active entry, matched by function at exit. A frame the
-// exit does not match (entry probe off) gives 0; frames skipped by longjmp or an
-// exception are dropped when an outer frame's exit matches below them.
-inline void push_frame(ThreadState& ts, std::uintptr_t fn, std::uint64_t tsc) noexcept {
-  if (ts.depth < kShadowDepth) ts.frames[ts.depth] = {fn, tsc};
-  ++ts.depth;
+// Shadow stack: the TSC of each executed entry hook, matched by function at exit.
+// An exit hook may never run for a frame (its exit site is off, longjmp, an exception):
+// before pushing, frames whose entry hook ran at or below this one's stack address are
+// dropped - they cannot be live callers. The stack never holds more than kShadowDepth
+// frames: deeper entries are not recorded, and their exits may get an outer recursive
+// frame's timestamp or 0 (wrong timing, never a crash).
+inline void push_frame(ThreadState& ts, std::uintptr_t fn, std::uint64_t tsc,
+                       std::uintptr_t sp) noexcept {
+  while (ts.depth > 0 && ts.frames[ts.depth - 1].sp <= sp) --ts.depth;
+  if (ts.depth < kShadowDepth) ts.frames[ts.depth++] = {fn, tsc, sp};
 }
 
 inline std::uint64_t pop_frame(ThreadState& ts, std::uintptr_t fn) noexcept {
-  if (ts.depth > kShadowDepth) {  // this frame was never stored
-    --ts.depth;
-    return 0;
-  }
   for (unsigned i = ts.depth; i-- > 0;) {
     if (ts.frames[i].function == fn) {
       ts.depth = i;
@@ -181,7 +181,7 @@ extern "C" __attribute__((no_instrument_function, noinline)) void __cyg_profile_
   ts.in_hook = 1;
   const std::uint64_t tsc = crossmod::x86::rdtsc();
   const auto fn = reinterpret_cast<std::uintptr_t>(this_fn);
-  push_frame(ts, fn, tsc);
+  push_frame(ts, fn, tsc, reinterpret_cast<std::uintptr_t>(__builtin_frame_address(0)));
   const auto ret = reinterpret_cast<std::uintptr_t>(__builtin_return_address(0));
   std::uint32_t id = find_site(ret - crossmod::x86::kCallLen);
   if (id == kNone) id = discover(ret, fn, crossmod::probes::Kind::entry);  // first call only

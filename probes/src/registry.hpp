@@ -98,6 +98,7 @@ void announce(ProbeId id) noexcept;
 struct Frame {
   std::uintptr_t function;
   std::uint64_t tsc;
+  std::uintptr_t sp;  // a stack address inside the entry hook: orders frames by depth
 };
 inline constexpr unsigned kShadowDepth = 256;
 // A redirected return: the function's return-address slot, what it held, the exit probe
@@ -111,7 +112,7 @@ struct RetFrame {
 inline constexpr unsigned kRetDepth = 128;
 struct ThreadState {
   unsigned in_hook;
-  unsigned depth;  // may exceed kShadowDepth: deeper frames are counted, not stored
+  unsigned depth;  // <= kShadowDepth
   Frame frames[kShadowDepth];
   unsigned ret_depth;  // never exceeds kRetDepth: a full stack means "do not redirect"
   RetFrame rets[kRetDepth];

@@ -110,6 +110,28 @@ TEST(Cyg, ExitProbesGetTheEntryTimestampIncludingTailCalledHooks) {
   }
 }
 
+TEST(Cyg, ExitTimestampsSurviveManyCallsWithTheExitSiteOff) {
+  workload::Counters c;
+  (void)workload::cyg_leaf(1, &c);
+  const auto ps = probes_of(reinterpret_cast<std::uintptr_t>(&workload::cyg_leaf));
+  const cp::ProbeInfo* entry = find_kind(ps, cp::Kind::entry);
+  const cp::ProbeInfo* exit = find_kind(ps, cp::Kind::exit);
+  ASSERT_NE(entry, nullptr);
+  ASSERT_NE(exit, nullptr);
+  ASSERT_EQ(cp::activate(entry->id, probetest::count_a), cp::Status::ok);
+  ASSERT_EQ(cp::deactivate(exit->id), cp::Status::ok);
+  // Entry frames without exits: far more than the shadow stack holds.
+  for (int i = 0; i < 10000; ++i) (void)workload::cyg_leaf(i, &c);
+  ASSERT_EQ(cp::activate(exit->id, exit_probe), cp::Status::ok);
+  g_exit_entry_tsc = 0;
+  const std::uint64_t t0 = crossmod::x86::rdtsc();
+  (void)workload::cyg_leaf(1, &c);
+  EXPECT_GE(g_exit_entry_tsc, t0);
+  ASSERT_EQ(cp::deactivate(exit->id), cp::Status::ok);
+  ASSERT_EQ(cp::deactivate(entry->id), cp::Status::ok);
+  workload::fired() = 0;
+}
+
 TEST(Cyg, DiscoveryCallbackCanSwitchAProbeOffBeforeItsFirstCall) {
   static int switched = 0;
   ASSERT_EQ(cp::on_discovery(
