@@ -9,9 +9,16 @@
 #include <thread>
 #include <vector>
 
+// GCC: noipa (no clones, no IPA); Clang has no noipa, noinline is what it needs.
+#if defined(__clang__)
+#define EXAMPLE_NOIPA __attribute__((noinline))
+#else
+#define EXAMPLE_NOIPA __attribute__((noipa))
+#endif
+
 namespace {
-__attribute__((noipa)) unsigned long work(unsigned n) { return n * n + 1; }
-__attribute__((noipa)) unsigned long quiet(unsigned n) { return n * 7u; }
+EXAMPLE_NOIPA unsigned long work(unsigned n) { return n * n + 1; }
+EXAMPLE_NOIPA unsigned long quiet(unsigned n) { return n * 7u; }
 }  // namespace
 
 int main() {

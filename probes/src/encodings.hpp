@@ -8,6 +8,9 @@
 namespace crossmod::probes::enc {
 
 inline constexpr std::uint8_t kNop1 = 0x90;          // NOP (GCC's patchable sled, N of them)
+// Clang's 5-byte sled: NOP DWORD [rax+rax*1+disp8] (0F 1F 44 00 disp8), one instruction
+// whatever disp8 is (it uses 08). The first four bytes identify it.
+inline constexpr std::array<std::uint8_t, 4> kNop5Disp8Prefix = {0x0F, 0x1F, 0x44, 0x00};
 inline constexpr std::uint8_t kJmpRel32 = 0xE9;      // JMP rel32 (a tail-called exit hook)
 inline constexpr std::uint8_t kRet = 0xC3;           // RET: a deactivated tail-called hook
 inline constexpr std::array<std::uint8_t, 4> kEndbr64 = {0xF3, 0x0F, 0x1E, 0xFA};

@@ -78,9 +78,10 @@ Bytes5 read5(std::uintptr_t site) noexcept {
   return b;
 }
 
+// GCC's five 1-byte NOPs, or one 5-byte NOP with any disp8 (Clang, and kNop5 itself).
 bool is_nop_sled(const Bytes5& b) noexcept {
   return std::all_of(b.begin(), b.end(), [](std::uint8_t x) { return x == enc::kNop1; }) ||
-         b == x86::kNop5;
+         std::equal(enc::kNop5Disp8Prefix.begin(), enc::kNop5Disp8Prefix.end(), b.begin());
 }
 
 // ---- far thunks to the shared entry trampoline ------------------------------------------
