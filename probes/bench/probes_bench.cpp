@@ -22,6 +22,8 @@
 #include <vector>
 
 #include "crossmod/code_memory.hpp"
+#include "crossmod/machine.hpp"
+#include "crossmod/tmax_config.hpp"
 #include "crossmod/probes.hpp"
 #include "crossmod/x86.hpp"
 
@@ -214,6 +216,11 @@ int main(int argc, char** argv) {
   benchmark::Initialize(&argc, argv);
   // What shapes the wordpatch numbers: the wait it uses.
   benchmark::AddCustomContext("probes_wait_ticks", std::to_string(cp::wait_ticks()));
+  benchmark::AddCustomContext("machine_slug", crossmod::machine_slug());
+  crossmod::TmaxConfig tmax;
+  crossmod::ConfigError err;
+  if (crossmod::load_tmax_config_auto(&tmax, &err) == crossmod::Status::ok)
+    benchmark::AddCustomContext("tmax_source", tmax.source);
   benchmark::RunSpecifiedBenchmarks();
   benchmark::Shutdown();
   return 0;
