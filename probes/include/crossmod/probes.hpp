@@ -1,0 +1,126 @@
+// crossmod::probes: the fastinst layer (PLDI'16 sections 3 and 7). Providers find probe
+// sites (compiler-emitted calls or NOP sleds); this layer gives each a stable ProbeId and
+// metadata, calls the discovery callback, and switches sites on and off with the engine's
+// wait-free callpatch (default) or int3-locked wordpatch (sync or async).
+//
+// Thread safety: every function here is thread-safe and noexcept, and returns Status.
+// Any thread may toggle any probe; two toggles of one probe serialize (a per-probe
+// spinlock on the toggle path only). The invocation path (a site calling the probe
+// function) neither allocates nor locks. Nothing here is async-signal-safe.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+
+#include "crossmod/probes.h"
+
+namespace crossmod::probes {
+
+using ProbeId = std::uint32_t;
+inline constexpr ProbeId kNoProbe = CROSSMOD_NO_PROBE;
+
+// The probe function. For an entry probe `tsc` is the TSC at the hook; for an exit probe
+// it is the TSC taken at the matching entry (0 when unknown: the entry site was off, or
+// the frame was lost to longjmp / an exception), so duration = rdtsc() - tsc.
+// Runs on the instrumented thread; must not throw. Probes nested inside a probe function
+// on the same thread are suppressed (no recursion).
+using ProbeFn = crossmod_probe_fn;
+
+enum class [[nodiscard]] Status : std::uint8_t {
+  ok = CROSSMOD_PROBE_OK,
+  unknown_id = CROSSMOD_PROBE_UNKNOWN_ID,          // no probe with this id
+  bytes_changed = CROSSMOD_PROBE_BYTES_CHANGED,    // site bytes are neither of our two states
+  outside_code = CROSSMOD_PROBE_OUTSIDE_CODE,      // site not in a known executable mapping
+  not_writable = CROSSMOD_PROBE_NOT_WRITABLE,      // could not make the code writable
+  out_of_range = CROSSMOD_PROBE_OUT_OF_RANGE,      // no trampoline within rel32 reach
+  busy = CROSSMOD_PROBE_BUSY,                      // the engine's int3 lock is held elsewhere
+  bad_argument = CROSSMOD_PROBE_BAD_ARGUMENT,      // null fn / out-pointer, bad pattern
+  unsupported = CROSSMOD_PROBE_UNSUPPORTED,        // site form or strategy not supported
+  table_full = CROSSMOD_PROBE_TABLE_FULL,          // kMaxProbes reached
+  engine_error = CROSSMOD_PROBE_ENGINE_ERROR,      // any other engine failure
+};
+const char* to_string(Status s) noexcept;
+
+enum class Kind : std::uint8_t { entry = CROSSMOD_PROBE_ENTRY, exit = CROSSMOD_PROBE_EXIT };
+enum class Provider : std::uint8_t {
+  cyg = CROSSMOD_PROVIDER_CYG,              // -finstrument-functions hooks, start on
+  patchable = CROSSMOD_PROVIDER_PATCHABLE,  // -fpatchable-function-entry sleds, start off
+  manual = CROSSMOD_PROVIDER_MANUAL,        // register_entry_site (tests, JITs)
+};
+enum class Strategy : std::uint8_t {
+  callpatch = CROSSMOD_STRATEGY_CALLPATCH,            // wait-free, one line per toggle
+  wordpatch_sync = CROSSMOD_STRATEGY_WORDPATCH_SYNC,  // int3 + 2 waits if straddling
+  wordpatch_async = CROSSMOD_STRATEGY_WORDPATCH_ASYNC,  // int3 now, rest at flush()
+};
+
+struct ProbeInfo {
+  ProbeId id = kNoProbe;
+  std::uintptr_t function = 0;  // entry address of the instrumented function
+  const char* name = nullptr;   // demangled ELF symbol name, "?" if none; lives forever
+  const char* object = nullptr;  // path of the ELF object holding the site; lives forever
+  Kind kind = Kind::entry;
+  std::uintptr_t site = 0;  // address of the 5-byte site
+  unsigned split = 0;       // site bytes before a cache-line boundary, 0 if inside one
+  Provider provider = Provider::manual;
+  Strategy strategy = Strategy::callpatch;
+  bool active = false;
+  bool pending = false;  // a wordpatch_async toggle awaits flush()
+  ProbeFn fn = nullptr;
+};
+
+inline constexpr std::size_t kMaxProbes = 1u << 16;
+
+// Called once for every probe: at registration, or, for probes found before the callback
+// was set, from inside on_discovery itself. It may activate/deactivate the probe. For the
+// cyg provider it runs on the thread that first executed the site, before the probe
+// function; deactivate(id) there switches the site off before its first probe call.
+using DiscoveryFn = void (*)(const ProbeInfo& info, void* user);
+Status on_discovery(DiscoveryFn cb, void* user) noexcept;
+
+// Scans every loaded object for providers that find sites at load time
+// (-fpatchable-function-entry); idempotent, new objects (dlopen) are picked up by a later
+// call. The shared library runs it from a constructor; call it again after dlopen.
+// Precondition for a NEW object: no thread executes its code during the call (the
+// compiler's single-byte NOP sleds are rewritten into one instruction).
+Status scan_loaded_objects(std::size_t* new_probes = nullptr) noexcept;
+
+Status info(ProbeId id, ProbeInfo* out) noexcept;
+std::size_t count() noexcept;  // ids are 0 .. count()-1
+
+// Inactive -> active: the fn is published, then the site is patched. Active -> active
+// with another fn: one atomic store, no code patch. Deactivate: the site is patched back;
+// a thread already past the site may still call the old fn once (it stays valid).
+Status activate(ProbeId id, ProbeFn fn) noexcept;
+Status deactivate(ProbeId id) noexcept;
+// Changes the patch strategy, rewriting the site into the new strategy's form of its
+// current state if they differ.
+Status set_strategy(ProbeId id, Strategy s) noexcept;
+// Completes every pending wordpatch_async toggle with two waits in total.
+Status flush() noexcept;
+
+// Batch forms: every selected probe is toggled; straddling wordpatch sites share two
+// waits. `toggled` (optional) receives how many probes were selected. The first non-ok
+// status is returned; the rest are still attempted.
+Status activate_function(std::uintptr_t function, ProbeFn fn, std::size_t* toggled = nullptr) noexcept;
+Status deactivate_function(std::uintptr_t function, std::size_t* toggled = nullptr) noexcept;
+// fnmatch(3) pattern over the demangled name, e.g. "ns::*" or "work_*".
+Status activate_matching(const char* pattern, ProbeFn fn, std::size_t* toggled = nullptr) noexcept;
+Status deactivate_matching(const char* pattern, std::size_t* toggled = nullptr) noexcept;
+Status activate_all(ProbeFn fn, std::size_t* toggled = nullptr) noexcept;
+Status deactivate_all(std::size_t* toggled = nullptr) noexcept;
+
+// Manual provider: registers a 5-byte entry site that is either a NOP form this layer
+// knows (5 x 0x90 or 0F 1F 44 00 00) or already our call; it then behaves like a
+// patchable-entry probe (off until activated, calls fn through the shared trampoline).
+// The caller guarantees what scan_loaded_objects requires for 5 x 0x90.
+Status register_entry_site(void* site, std::uintptr_t function, const char* name,
+                           ProbeId* out) noexcept;
+
+// Wait used by wordpatch strategies; default: the engine's Tmax config (load_tmax_config_auto).
+Status set_wait_ticks(std::uint64_t ticks) noexcept;
+std::uint64_t wait_ticks() noexcept;  // loads the config on first use
+
+// Batch forms over explicit ids (e.g. a profiler's probe set): no scan of the table.
+Status activate_many(const ProbeId* ids, std::size_t n, ProbeFn fn) noexcept;
+Status deactivate_many(const ProbeId* ids, std::size_t n) noexcept;
+
+}  // namespace crossmod::probes
