@@ -177,7 +177,7 @@ TEST(ApiBadInput, BytesChangedUnderUsAreRefusedBeforePatching) {
     make(split, "api_changed", &r);
     ASSERT_EQ(cp::activate(r.id, probetest::count_a), cp::Status::ok);
     // Someone else rewrites the site: a `mov eax, imm32`, not any of our forms.
-    std::uint8_t foreign[5] = {crossmod::x86::kMovEaxImm32, 1, 2, 3, 4};
+    std::uint8_t foreign[5] = {std::uint8_t{0xB8} /* mov eax, imm32 */, 1, 2, 3, 4};
     std::memcpy(r.m.site, foreign, 5);
     EXPECT_EQ(cp::deactivate(r.id), cp::Status::bytes_changed);
     EXPECT_EQ(std::memcmp(r.m.site, foreign, 5), 0) << "refused toggle wrote anyway";
@@ -200,7 +200,7 @@ TEST(ApiBadInput, SitesOutsideCodeAreRefused) {
 TEST(ApiBadInput, UnrecognisedSiteBytesAreRefusedAtRegistration) {
   ManualSite m;
   ASSERT_TRUE(probetest::make_manual_site(0, &m));
-  m.site[0] = crossmod::x86::kMovEaxImm32;
+  m.site[0] = std::uint8_t{0xB8} /* mov eax, imm32 */;
   cp::ProbeId id = cp::kNoProbe;
   EXPECT_EQ(cp::register_entry_site(m.site, 0, "api_garbage", &id), cp::Status::bytes_changed);
   if (id != cp::kNoProbe) {
