@@ -1,0 +1,23 @@
+// Relocation of the replaced instructions into a trampoline body (relocate.cpp).
+// Thread safety: pure functions; no allocation.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+
+#include "crossmod/tracepoint.hpp"
+
+namespace crossmod::tp::detail {
+
+// Upper bound of the bytes relocate() emits for one instruction (an emulated far call:
+// push rax; mov rax, imm64; xchg [rsp], rax; jmp [rip]; abs64 = 29).
+inline constexpr std::size_t kMaxCopyLen = 32;
+
+// Emits the analysed instructions (code at runtime address addr) for a copy placed at
+// runtime address `at`, then a jump back to addr + a.replaced_len. copy_offset[i] gets
+// the offset of instruction i's copy. out_of_range if a RIP-relative operand cannot reach
+// its target from `at`; unsupported_instruction / decode_error as in analyze().
+Status relocate(const std::uint8_t* code, std::uintptr_t addr, const Analysis& a,
+                std::uintptr_t at, std::uint8_t* out, std::size_t cap, std::size_t* used,
+                std::uint16_t copy_offset[5]) noexcept;
+
+}  // namespace crossmod::tp::detail

@@ -1,0 +1,241 @@
+// Tracepoint: prepare (analyse, relocate, reserve a constrained trampoline, register the
+// trap redirects), install/remove (the multi-step int3 protocol in tracepoint.hpp) and the
+// probe toggle. Thread safety: see tracepoint.hpp. prepare() allocates (pool, /proc maps);
+// install/remove/enable/disable make no allocation and take no lock (waits may call
+// membarrier). The probe dispatch below runs on traced threads: no allocation, no lock.
+#include "crossmod/tracepoint.hpp"
+
+#include <cstring>
+
+#include "crossmod/code_memory.hpp"
+#include "crossmod/trap.hpp"
+#include "crossmod/x86.hpp"
+#include "encoding.hpp"
+#include "pool.hpp"
+#include "relocate.hpp"
+
+namespace crossmod::tp {
+
+namespace {
+
+// Lives in the trampoline body (immortal); written once at prepare().
+struct ProbeCtx {
+  Handler handler;
+  void* user;
+};
+
+constexpr std::size_t kJumpLen = 5;
+constexpr std::size_t kToggleLen = 5;
+constexpr std::size_t kCopiesAt = 8;  // after the toggle slot, padded
+constexpr std::size_t kProbeBlockMax = 40;
+constexpr std::size_t kTailMax = 8 /*literal*/ + sizeof(ProbeCtx) + 16 /*alignment*/;
+
+}  // namespace
+
+}  // namespace crossmod::tp
+
+extern "C" {
+// assembly, src/thunk.S
+void crossmod_tp_thunk();
+// Called by crossmod_tp_thunk with the probe context of the trampoline that fired.
+__attribute__((visibility("hidden"))) void crossmod_tp_dispatch(
+    const crossmod::tp::ProbeCtx* ctx) noexcept;
+}
+
+void crossmod_tp_dispatch(const crossmod::tp::ProbeCtx* ctx) noexcept {
+  ctx->handler(ctx->user);
+}
+
+namespace crossmod::tp {
+
+const char* to_string(Status s) noexcept {
+  switch (s) {
+    case Status::ok: return "ok";
+    case Status::too_short: return "too_short";
+    case Status::decode_error: return "decode_error";
+    case Status::unsupported_instruction: return "unsupported_instruction";
+    case Status::branch_into_range: return "branch_into_range";
+    case Status::out_of_range: return "out_of_range";
+    case Status::no_trampoline_space: return "no_trampoline_space";
+    case Status::not_writable: return "not_writable";
+    case Status::bad_bytes: return "bad_bytes";
+    case Status::bad_state: return "bad_state";
+    case Status::table_full: return "table_full";
+    case Status::os_error: return "os_error";
+  }
+  return "unknown";
+}
+
+Status Tracepoint::prepare(void* addr, std::size_t size, Handler handler, void* user,
+                           Tracepoint* out, std::error_code* ec) noexcept {
+  if (addr == nullptr || handler == nullptr || out == nullptr) return Status::bad_state;
+  if (out->installed_) return Status::bad_state;
+  if (trap::install(ec) != crossmod::Status::ok) return Status::os_error;
+  const auto a = reinterpret_cast<std::uintptr_t>(addr);
+  const auto* code = static_cast<const std::uint8_t*>(addr);
+  Analysis an;
+  if (const Status s = analyze(code, size, a, &an); s != Status::ok) return s;
+
+  const std::size_t copies_cap = an.count * detail::kMaxCopyLen + enc::kJmpAbsLen;
+  const std::size_t reserve_len = kCopiesAt + copies_cap + kProbeBlockMax + kTailMax;
+  detail::Reservation r;
+  if (const Status s = detail::reserve(a, an.boundary_mask, reserve_len, &r, ec);
+      s != Status::ok)
+    return s;
+  std::uint8_t* body = r.body;
+  const auto body_at = reinterpret_cast<std::uintptr_t>(body);
+
+  // Copies.
+  std::uint16_t copy_offset[5] = {};
+  std::size_t copies_len = 0;
+  if (const Status s = detail::relocate(code, a, an, body_at + kCopiesAt, body + kCopiesAt,
+                                        copies_cap, &copies_len, copy_offset);
+      s != Status::ok)
+    return s;  // the reservation is leaked (a few hundred bytes; refusals are rare here)
+
+  // Probe block: step over the red zone, save rax, rax = ctx, call the thunk, restore,
+  // continue with the copies.
+  std::size_t pb = (kCopiesAt + copies_len + 7) & ~std::size_t{7};
+  std::uint8_t* p = body + pb;
+  std::size_t k = 0;
+  std::memcpy(p + k, enc::kLeaRspMinus128, sizeof enc::kLeaRspMinus128);
+  k += sizeof enc::kLeaRspMinus128;
+  p[k++] = enc::kPushRax;
+  std::memcpy(p + k, enc::kMovRaxImm64, sizeof enc::kMovRaxImm64);
+  k += sizeof enc::kMovRaxImm64;
+  const std::size_t ctx_imm_at = k;
+  k += 8;
+  std::memcpy(p + k, enc::kCallRipIndirect, sizeof enc::kCallRipIndirect);
+  k += sizeof enc::kCallRipIndirect;
+  const std::size_t disp_at = k;
+  k += 4;
+  const std::size_t after_call = k;
+  p[k++] = enc::kPopRax;
+  std::memcpy(p + k, enc::kLeaRspPlus128, sizeof enc::kLeaRspPlus128);
+  k += sizeof enc::kLeaRspPlus128;
+  if (!enc::jmp_rel32(p + k, body_at + pb + k, body_at + kCopiesAt)) return Status::out_of_range;
+  k += enc::kRel32JmpLen;
+  const std::size_t lit = (pb + k + 7) & ~std::size_t{7};
+  enc::put32(p + disp_at, static_cast<std::int64_t>(lit - (pb + after_call)));
+  enc::put64(body + lit, reinterpret_cast<std::uint64_t>(&crossmod_tp_thunk));
+  auto* ctx = reinterpret_cast<ProbeCtx*>(body + lit + 8);
+  ctx->handler = handler;
+  ctx->user = user;
+  enc::put64(p + ctx_imm_at, reinterpret_cast<std::uint64_t>(ctx));
+  const std::size_t used = lit + 8 + sizeof(ProbeCtx);
+  detail::trim_body(body, reserve_len, used);
+
+  // Toggle slot: both states are complete jumps that differ only in rel32.
+  Tracepoint t;
+  if (!enc::jmp_rel32(t.toggle_on_, body_at, body_at + pb) ||
+      !enc::jmp_rel32(t.toggle_off_, body_at, body_at + kCopiesAt))
+    return Status::out_of_range;
+  std::memcpy(body, t.toggle_on_, kToggleLen);
+
+  // The jump at addr and the bytes it replaces.
+  if (!enc::jmp_rel32(t.jump_, a, r.entry)) return Status::no_trampoline_space;
+  for (unsigned b = 1; b < kJumpLen; ++b)
+    if ((an.boundary_mask & (1u << b)) != 0 && t.jump_[b] != x86::kInt3)
+      return Status::no_trampoline_space;  // the pool broke its contract
+  std::memcpy(t.original_, code, kJumpLen);
+
+  // Redirects: boundary 0 enters like the jump (probe, then copies); boundary i goes to
+  // the copy of instruction i. Registered now, so that a full table is a prepare() error.
+  for (std::size_t i = 0; i < an.count; ++i)
+    t.redirect_to_[i] = i == 0 ? body_at : body_at + kCopiesAt + copy_offset[i];
+
+  t.addr_ = a;
+  t.analysis_ = an;
+  t.entry_ = r.entry;
+  t.body_ = body;
+  if (const Status s = t.set_redirects(); s != Status::ok) return s;
+  *out = std::move(t);
+  return Status::ok;
+}
+
+Status Tracepoint::set_redirects() noexcept {
+  for (std::size_t i = 0; i < analysis_.count; ++i)
+    if (trap::redirect_set(addr_ + analysis_.offset[i], redirect_to_[i]) != crossmod::Status::ok)
+      return Status::table_full;
+  return Status::ok;
+}
+
+void Tracepoint::clear_redirects() noexcept {
+  for (std::size_t i = 0; i < analysis_.count; ++i)
+    (void)trap::redirect_clear(addr_ + analysis_.offset[i]);
+}
+
+namespace {
+
+inline bool is_boundary(const Analysis& an, unsigned b) noexcept {
+  return b == 0 || (an.boundary_mask & (1u << b)) != 0;
+}
+
+Status wait(const WaitPolicy& w) noexcept {
+  return wait_from(w, x86::rdtsc()) == crossmod::Status::ok ? Status::ok : Status::os_error;
+}
+
+}  // namespace
+
+Status Tracepoint::install(const WaitPolicy& w) noexcept {
+  if (body_ == nullptr || installed_) return Status::bad_state;
+  auto* code = reinterpret_cast<std::uint8_t*>(addr_);
+  if (!is_writable(code, kJumpLen)) return Status::not_writable;
+  if (std::memcmp(code, original_, kJumpLen) != 0) return Status::bad_bytes;
+  // Redirects may have been cleared by a previous remove().
+  if (const Status s = set_redirects(); s != Status::ok) return s;
+  // 1. int3 on every boundary (for b >= 1 this is already the final rel32 byte).
+  for (unsigned b = 0; b < kJumpLen; ++b)
+    if (is_boundary(analysis_, b)) x86::store_byte(code + b, x86::kInt3);
+  // 2.
+  if (const Status s = wait(w); s != Status::ok) return s;
+  // 3. The rest of the rel32: unreachable now, every entry into the range is an int3.
+  for (unsigned b = 1; b < kJumpLen; ++b)
+    if (!is_boundary(analysis_, b)) x86::store_byte(code + b, jump_[b]);
+  // 4.
+  if (const Status s = wait(w); s != Status::ok) return s;
+  // 5.
+  x86::store_byte(code, jump_[0]);
+  installed_ = true;
+  return Status::ok;
+}
+
+Status Tracepoint::remove(const WaitPolicy& w) noexcept {
+  if (body_ == nullptr || !installed_) return Status::bad_state;
+  auto* code = reinterpret_cast<std::uint8_t*>(addr_);
+  if (!is_writable(code, kJumpLen)) return Status::not_writable;
+  if (std::memcmp(code, jump_, kJumpLen) != 0) return Status::bad_bytes;
+  // 1. int3 over the jmp opcode: every boundary is an int3 again.
+  x86::store_byte(code, x86::kInt3);
+  if (const Status s = wait(w); s != Status::ok) return s;
+  // 2. Original non-boundary bytes (interiors of the replaced instructions).
+  for (unsigned b = 1; b < kJumpLen; ++b)
+    if (!is_boundary(analysis_, b)) x86::store_byte(code + b, original_[b]);
+  if (const Status s = wait(w); s != Status::ok) return s;
+  // 3. Original first bytes, last boundary first (any order is correct: each instruction
+  //    is complete behind its int3 since step 2).
+  for (unsigned b = kJumpLen; b-- > 0;)
+    if (is_boundary(analysis_, b)) x86::store_byte(code + b, original_[b]);
+  installed_ = false;
+  // A thread that fetched an int3 before step 3 and traps now finds the redirect cleared
+  // and the original byte back, and re-executes in place (trap.hpp); one that trapped
+  // earlier was sent to the trampoline, which stays mapped.
+  clear_redirects();
+  return Status::ok;
+}
+
+Status Tracepoint::enable() noexcept {
+  if (body_ == nullptr) return Status::bad_state;
+  return x86::store_locked(body_, {toggle_on_, kToggleLen}) == crossmod::Status::ok
+             ? Status::ok
+             : Status::bad_state;
+}
+
+Status Tracepoint::disable() noexcept {
+  if (body_ == nullptr) return Status::bad_state;
+  return x86::store_locked(body_, {toggle_off_, kToggleLen}) == crossmod::Status::ok
+             ? Status::ok
+             : Status::bad_state;
+}
+
+}  // namespace crossmod::tp
