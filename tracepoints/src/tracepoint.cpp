@@ -73,6 +73,8 @@ Status Tracepoint::prepare(void* addr, std::size_t size, Handler handler, void* 
   if (trap::install(ec) != crossmod::Status::ok) return Status::os_error;
   const auto a = reinterpret_cast<std::uintptr_t>(addr);
   const auto* code = static_cast<const std::uint8_t*>(addr);
+  // Another tracepoint's redirect is live here: its jump would be relocated as code.
+  if (trap::redirect_target(a) != 0) return Status::bad_state;
   Analysis an;
   if (const Status s = analyze(code, size, a, &an); s != Status::ok) return s;
 
@@ -140,7 +142,7 @@ Status Tracepoint::prepare(void* addr, std::size_t size, Handler handler, void* 
   std::memcpy(t.original_, code, kJumpLen);
 
   // Redirects: boundary 0 enters like the jump (probe, then copies); boundary i goes to
-  // the copy of instruction i. Registered now, so that a full table is a prepare() error.
+  // the copy of instruction i. Registered by install(), cleared by remove().
   for (std::size_t i = 0; i < an.count; ++i)
     t.redirect_to_[i] = i == 0 ? body_at : body_at + kCopiesAt + copy_offset[i];
 
@@ -148,7 +150,6 @@ Status Tracepoint::prepare(void* addr, std::size_t size, Handler handler, void* 
   t.analysis_ = an;
   t.entry_ = r.entry;
   t.body_ = body;
-  if (const Status s = t.set_redirects(); s != Status::ok) return s;
   *out = std::move(t);
   return Status::ok;
 }
@@ -177,50 +178,92 @@ Status wait(const WaitPolicy& w) noexcept {
 
 }  // namespace
 
-Status Tracepoint::install(const WaitPolicy& w) noexcept {
+// A wait that cannot fail halfway through a protocol: checked before any byte is written.
+static Status check_wait(const WaitPolicy& w) noexcept {
+  if (w.kind != WaitPolicy::Kind::sync_core) return Status::ok;
+  return sync_core_register() == crossmod::Status::ok ? Status::ok : Status::os_error;
+}
+
+Status Tracepoint::check_install() const noexcept {
   if (body_ == nullptr || installed_) return Status::bad_state;
-  auto* code = reinterpret_cast<std::uint8_t*>(addr_);
+  auto* code = reinterpret_cast<const std::uint8_t*>(addr_);
   if (!is_writable(code, kJumpLen)) return Status::not_writable;
   if (std::memcmp(code, original_, kJumpLen) != 0) return Status::bad_bytes;
-  // Redirects may have been cleared by a previous remove().
-  if (const Status s = set_redirects(); s != Status::ok) return s;
-  // 1. int3 on every boundary (for b >= 1 this is already the final rel32 byte).
-  for (unsigned b = 0; b < kJumpLen; ++b)
-    if (is_boundary(analysis_, b)) x86::store_byte(code + b, x86::kInt3);
-  // 2.
-  if (const Status s = wait(w); s != Status::ok) return s;
-  // 3. The rest of the rel32: unreachable now, every entry into the range is an int3.
-  for (unsigned b = 1; b < kJumpLen; ++b)
-    if (!is_boundary(analysis_, b)) x86::store_byte(code + b, jump_[b]);
-  // 4.
-  if (const Status s = wait(w); s != Status::ok) return s;
-  // 5.
-  x86::store_byte(code, jump_[0]);
-  installed_ = true;
   return Status::ok;
 }
 
-Status Tracepoint::remove(const WaitPolicy& w) noexcept {
+Status Tracepoint::check_remove() const noexcept {
   if (body_ == nullptr || !installed_) return Status::bad_state;
-  auto* code = reinterpret_cast<std::uint8_t*>(addr_);
+  auto* code = reinterpret_cast<const std::uint8_t*>(addr_);
   if (!is_writable(code, kJumpLen)) return Status::not_writable;
   if (std::memcmp(code, jump_, kJumpLen) != 0) return Status::bad_bytes;
+  return Status::ok;
+}
+
+Status Tracepoint::install(const WaitPolicy& w) noexcept { return install_all({this, 1}, w); }
+Status Tracepoint::remove(const WaitPolicy& w) noexcept { return remove_all({this, 1}, w); }
+
+Status Tracepoint::install_all(std::span<Tracepoint> tps, const WaitPolicy& w) noexcept {
+  if (const Status s = check_wait(w); s != Status::ok) return s;
+  for (const Tracepoint& t : tps)
+    if (const Status s = t.check_install(); s != Status::ok) return s;
+  // 0. Redirects for every boundary.
+  for (std::size_t i = 0; i < tps.size(); ++i) {
+    if (const Status s = tps[i].set_redirects(); s != Status::ok) {
+      for (std::size_t j = 0; j <= i; ++j) tps[j].clear_redirects();
+      return s;
+    }
+  }
+  // 1. int3 on every boundary (for b >= 1 this is already the final rel32 byte).
+  for (Tracepoint& t : tps) {
+    auto* code = reinterpret_cast<std::uint8_t*>(t.addr_);
+    for (unsigned b = 0; b < kJumpLen; ++b)
+      if (is_boundary(t.analysis_, b)) x86::store_byte(code + b, x86::kInt3);
+  }
+  // 2.
+  (void)wait(w);
+  // 3. The rest of the rel32: unreachable now, every entry into the range is an int3.
+  for (Tracepoint& t : tps) {
+    auto* code = reinterpret_cast<std::uint8_t*>(t.addr_);
+    for (unsigned b = 1; b < kJumpLen; ++b)
+      if (!is_boundary(t.analysis_, b)) x86::store_byte(code + b, t.jump_[b]);
+  }
+  // 4.
+  (void)wait(w);
+  // 5.
+  for (Tracepoint& t : tps) {
+    x86::store_byte(reinterpret_cast<std::uint8_t*>(t.addr_), t.jump_[0]);
+    t.installed_ = true;
+  }
+  return Status::ok;
+}
+
+Status Tracepoint::remove_all(std::span<Tracepoint> tps, const WaitPolicy& w) noexcept {
+  if (const Status s = check_wait(w); s != Status::ok) return s;
+  for (const Tracepoint& t : tps)
+    if (const Status s = t.check_remove(); s != Status::ok) return s;
   // 1. int3 over the jmp opcode: every boundary is an int3 again.
-  x86::store_byte(code, x86::kInt3);
-  if (const Status s = wait(w); s != Status::ok) return s;
+  for (Tracepoint& t : tps) x86::store_byte(reinterpret_cast<std::uint8_t*>(t.addr_), x86::kInt3);
+  (void)wait(w);
   // 2. Original non-boundary bytes (interiors of the replaced instructions).
-  for (unsigned b = 1; b < kJumpLen; ++b)
-    if (!is_boundary(analysis_, b)) x86::store_byte(code + b, original_[b]);
-  if (const Status s = wait(w); s != Status::ok) return s;
+  for (Tracepoint& t : tps) {
+    auto* code = reinterpret_cast<std::uint8_t*>(t.addr_);
+    for (unsigned b = 1; b < kJumpLen; ++b)
+      if (!is_boundary(t.analysis_, b)) x86::store_byte(code + b, t.original_[b]);
+  }
+  (void)wait(w);
   // 3. Original first bytes, last boundary first (any order is correct: each instruction
   //    is complete behind its int3 since step 2).
-  for (unsigned b = kJumpLen; b-- > 0;)
-    if (is_boundary(analysis_, b)) x86::store_byte(code + b, original_[b]);
-  installed_ = false;
-  // A thread that fetched an int3 before step 3 and traps now finds the redirect cleared
-  // and the original byte back, and re-executes in place (trap.hpp); one that trapped
-  // earlier was sent to the trampoline, which stays mapped.
-  clear_redirects();
+  for (Tracepoint& t : tps) {
+    auto* code = reinterpret_cast<std::uint8_t*>(t.addr_);
+    for (unsigned b = kJumpLen; b-- > 0;)
+      if (is_boundary(t.analysis_, b)) x86::store_byte(code + b, t.original_[b]);
+    t.installed_ = false;
+  }
+  // 4. A thread that fetched an int3 before step 3 and traps now finds the redirect
+  //    cleared and the original byte back, and re-executes in place (trap.hpp); one that
+  //    trapped earlier was sent to the trampoline, which stays mapped.
+  for (Tracepoint& t : tps) t.clear_redirects();
   return Status::ok;
 }
 

@@ -11,7 +11,7 @@
 TEST(TracepointStress, InstallRemoveMillionTimes) {
   std::uint64_t cycles = 1000000;
   if (const char* e = std::getenv("CROSSMOD_TP_STRESS_CYCLES")) cycles = std::strtoull(e, nullptr, 10);
-  const auto r = crossmod::tp::test::run_stress(cycles, 2);
+  const auto r = crossmod::tp::test::run_stress(cycles, 2, /*batched=*/true);
   const auto t = crossmod::trap::redirect_stats();
   std::printf("cycles %llu exposed %llu calls %llu wrong %llu probe_hits %llu redirected %llu "
               "reexecuted %llu\n",

@@ -9,6 +9,7 @@
 #include <atomic>
 #include <cstdio>
 #include <cstring>
+#include <vector>
 
 #include "crossmod/trap.hpp"
 #include "stress.hpp"
@@ -191,7 +192,7 @@ TEST(Tracepoint, PoolAccountsMemory) {
 // zero faults (a fault kills the test binary), every result correct.
 TEST(Tracepoint, InstallRemoveUnderExecution) {
   const auto red0 = trap::redirect_stats();
-  const test::StressResult r = test::run_stress(/*cycles=*/800, /*executors=*/1);
+  const test::StressResult r = test::run_stress(/*cycles=*/800, /*executors=*/1, /*batched=*/false);
   const auto red1 = trap::redirect_stats();
   std::printf("cycles %llu exposed %llu calls %llu wrong %llu redirected %llu reexecuted %llu\n",
               (unsigned long long)r.cycles, (unsigned long long)r.exposed_cycles,
@@ -202,6 +203,34 @@ TEST(Tracepoint, InstallRemoveUnderExecution) {
   EXPECT_EQ(r.cycles, 800u);
   EXPECT_GT(r.calls, 0u);
   EXPECT_GT(r.exposed_cycles, 0u);
+}
+
+TEST(Tracepoint, BatchedInstallRemoveUnderExecution) {
+  const test::StressResult r = test::run_stress(/*cycles=*/1000, /*executors=*/1, /*batched=*/true);
+  EXPECT_EQ(r.wrong, 0u);
+  EXPECT_EQ(r.cycles, 1000u);
+  EXPECT_GT(r.exposed_cycles, 0u);
+}
+
+TEST(Tracepoint, BatchRefusalWritesNothing) {
+  TestCode code;
+  std::vector<Tracepoint> tps(2);
+  ASSERT_EQ(Tracepoint::prepare(code.sum().addr, code.sum().size, count_hit, nullptr, &tps[0]),
+            Status::ok);
+  ASSERT_EQ(Tracepoint::prepare(code.jcc().addr, code.jcc().size, count_hit, nullptr, &tps[1]),
+            Status::ok);
+  std::uint8_t before[5];
+  std::memcpy(before, code.sum().addr, 5);
+  code.jcc().addr[1] ^= 0x01;  // changed behind the tracepoint's back
+  EXPECT_EQ(Tracepoint::install_all(tps, test_wait()), Status::bad_bytes);
+  EXPECT_EQ(std::memcmp(before, code.sum().addr, 5), 0);
+  EXPECT_FALSE(tps[0].is_installed());
+  code.jcc().addr[1] ^= 0x01;
+  ASSERT_EQ(Tracepoint::install_all(tps, test_wait()), Status::ok);
+  EXPECT_EQ(code.sum().fn()(4, 0), 10u);
+  EXPECT_EQ(code.jcc().fn()(4, 0), 5u);
+  ASSERT_EQ(Tracepoint::remove_all(tps, test_wait()), Status::ok);
+  EXPECT_EQ(std::memcmp(before, code.sum().addr, 5), 0);
 }
 
 }  // namespace

@@ -14,6 +14,7 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <span>
 #include <system_error>
 
 #include "crossmod/wait.hpp"
@@ -32,7 +33,8 @@ enum class [[nodiscard]] Status : std::uint8_t {
                         // 0xCC bytes in the jump's rel32
   not_writable,         // the replaced bytes are not in a code_memory writable range
   bad_bytes,            // the code no longer holds the bytes seen at prepare()
-  bad_state,            // install while installed, remove while not installed, ...
+  bad_state,            // install while installed, remove while not installed, prepare
+                        // at an address another installed tracepoint owns, ...
   table_full,           // the trap handler's redirect table is full
   os_error,             // a system call failed (mmap, membarrier); see the error_code
 };
@@ -92,11 +94,13 @@ class Tracepoint {
 
   // Decodes and relocates the code at addr (size bytes to the function's end) into a
   // trampoline whose probe calls handler(user). Installs the trap handler. Writes nothing
-  // into the traced code. The probe starts enabled.
+  // into the traced code. The probe starts enabled. bad_state if another installed
+  // tracepoint owns addr.
   static Status prepare(void* addr, std::size_t size, Handler handler, void* user,
                         Tracepoint* out, std::error_code* ec = nullptr) noexcept;
 
   // Writes the jump. The replaced bytes must be in a code_memory writable range.
+  //   0. register the trap redirects of every boundary (table_full if no slot);
   //   1. int3 on every replaced boundary (byte 0 and the 0xCC rel32 bytes, which already
   //      hold their final value); the redirects were registered at prepare();
   //   2. wait (no core may still run an old instruction fetched before step 1);
@@ -106,9 +110,16 @@ class Tracepoint {
   // `wait` is the engine's WaitPolicy: Tmax ticks or membarrier SYNC_CORE.
   Status install(const WaitPolicy& wait) noexcept;
   // Puts the original bytes back: the reverse (int3 at byte 0, wait, original non-boundary
-  // bytes, wait, original boundary bytes). A thread that fetched an int3 before the last
-  // step is still redirected into the (immortal) trampoline.
+  // bytes, wait, original boundary bytes), then clears the redirects. A thread that
+  // trapped before the clear runs the (immortal) trampoline; one that traps after it finds
+  // the original byte back and re-executes in place (trap::redirect_clear).
   Status remove(const WaitPolicy& wait) noexcept;
+  // The same protocols for many tracepoints with the waits shared (two per call instead
+  // of two per tracepoint). Every tracepoint is checked first; on a refusal nothing is
+  // written and the first refusal is returned. `wait` is checked up front too
+  // (sync_core not available: os_error), so no protocol stops halfway.
+  static Status install_all(std::span<Tracepoint> tps, const WaitPolicy& wait) noexcept;
+  static Status remove_all(std::span<Tracepoint> tps, const WaitPolicy& wait) noexcept;
   // Probe on/off while installed or not: one locked store of the trampoline's first
   // instruction (inside one cache line), no wait needed: both states are complete `jmp`s.
   Status enable() noexcept;
@@ -134,6 +145,8 @@ class Tracepoint {
   std::uintptr_t redirect_to_[5] = {};  // trap redirect target of each replaced boundary
   bool installed_ = false;
 
+  Status check_install() const noexcept;
+  Status check_remove() const noexcept;
   Status set_redirects() noexcept;
   void clear_redirects() noexcept;
 };
