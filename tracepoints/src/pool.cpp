@@ -177,7 +177,7 @@ std::uint64_t prev_le(std::uint64_t s, std::uint32_t mask, std::uint32_t value) 
 }
 
 Status reserve(std::uintptr_t addr, std::uint8_t boundary_mask, std::size_t body_len,
-               Reservation* out, std::error_code* ec) noexcept {
+               bool want_entry, Reservation* out, std::error_code* ec) noexcept {
   try {
     Pool& P = pool();
     std::lock_guard<std::mutex> lock(P.mu);
@@ -212,6 +212,13 @@ Status reserve(std::uintptr_t addr, std::uint8_t boundary_mask, std::size_t body
     // 2. Entry: an existing page first, then new pages outward from addr, nearest first.
     std::uintptr_t e = 0;
     EntryPage* page = nullptr;
+    if (!want_entry) {
+      arena->used += body_len;
+      P.stats.body_bytes_used += body_len;
+      ++P.stats.trampolines;
+      *out = Reservation{0, 0, body};
+      return Status::ok;
+    }
     for (auto& pg : P.pages)
       if (find_in_page(pg, next_ip, c, body_at, &e)) {
         page = &pg;

@@ -34,9 +34,10 @@ struct Reservation {
 // boundary constraint, and `body_len` bytes of body within rel32 reach of addr (bodies
 // hold RIP-relative operands relocated from addr). The body is 16-byte aligned, so its
 // first 8 bytes lie in one cache line. The entry slot is written (jump to the body) before
-// return. no_trampoline_space or os_error.
+// return. With want_entry false only the body is reserved (trap-mode tracepoints).
+// no_trampoline_space or os_error.
 Status reserve(std::uintptr_t addr, std::uint8_t boundary_mask, std::size_t body_len,
-               Reservation* out, std::error_code* ec) noexcept;
+               bool want_entry, Reservation* out, std::error_code* ec) noexcept;
 // Returns unused tail bytes of the most recent body reservation at `body` (bodies are
 // reserved with an upper bound, then trimmed to what relocation emitted).
 void trim_body(std::uint8_t* body, std::size_t reserved, std::size_t used) noexcept;

@@ -158,6 +158,22 @@ Status analyze(const std::uint8_t* code, std::size_t size, std::uintptr_t addr,
 
 namespace detail {
 
+Status analyze_first(const std::uint8_t* code, std::size_t size, std::uintptr_t,
+                     Analysis* out) noexcept {
+  *out = Analysis{};
+  if (code == nullptr || size == 0) return Status::too_short;
+  const ZydisDecoder dec = make_decoder();
+  Decoded d;
+  const ZyanStatus zs = decode_status(dec, code, size, &d);
+  if (!ZYAN_SUCCESS(zs))
+    return zs == ZYDIS_STATUS_NO_MORE_DATA ? Status::too_short : Status::decode_error;
+  if (classify(d) == Kind::unsupported) return Status::unsupported_instruction;
+  out->count = 1;
+  out->length[0] = d.ins.length;
+  out->replaced_len = d.ins.length;
+  return Status::ok;
+}
+
 Status relocate(const std::uint8_t* code, std::uintptr_t addr, const Analysis& a,
                 std::uintptr_t at, std::uint8_t* out, std::size_t cap, std::size_t* used,
                 std::uint16_t copy_offset[5]) noexcept {

@@ -67,7 +67,7 @@ const char* to_string(Status s) noexcept {
 }
 
 Status Tracepoint::prepare(void* addr, std::size_t size, Handler handler, void* user,
-                           Tracepoint* out, std::error_code* ec) noexcept {
+                           Tracepoint* out, std::error_code* ec, bool trap_fallback) noexcept {
   if (addr == nullptr || handler == nullptr || out == nullptr) return Status::bad_state;
   if (out->installed_) return Status::bad_state;
   if (trap::install(ec) != crossmod::Status::ok) return Status::os_error;
@@ -76,14 +76,22 @@ Status Tracepoint::prepare(void* addr, std::size_t size, Handler handler, void* 
   // Another tracepoint's redirect is live here: its jump would be relocated as code.
   if (trap::redirect_target(a) != 0) return Status::bad_state;
   Analysis an;
-  if (const Status s = analyze(code, size, a, &an); s != Status::ok) return s;
+  bool trap_mode = false;
+  if (const Status s = analyze(code, size, a, &an); s != Status::ok) {
+    if (!trap_fallback || (s != Status::too_short && s != Status::branch_into_range)) return s;
+    if (const Status s1 = detail::analyze_first(code, size, a, &an); s1 != Status::ok) return s1;
+    trap_mode = true;
+  }
 
   const std::size_t copies_cap = an.count * detail::kMaxCopyLen + enc::kJmpAbsLen;
   const std::size_t reserve_len = kCopiesAt + copies_cap + kProbeBlockMax + kTailMax;
   detail::Reservation r;
-  if (const Status s = detail::reserve(a, an.boundary_mask, reserve_len, &r, ec);
-      s != Status::ok)
-    return s;
+  Status rs = detail::reserve(a, an.boundary_mask, reserve_len, !trap_mode, &r, ec);
+  if (rs == Status::no_trampoline_space && trap_fallback && !trap_mode) {
+    trap_mode = true;
+    rs = detail::reserve(a, an.boundary_mask, reserve_len, false, &r, ec);
+  }
+  if (rs != Status::ok) return rs;
   std::uint8_t* body = r.body;
   const auto body_at = reinterpret_cast<std::uintptr_t>(body);
 
@@ -134,12 +142,21 @@ Status Tracepoint::prepare(void* addr, std::size_t size, Handler handler, void* 
     return Status::out_of_range;
   std::memcpy(body, t.toggle_on_, kToggleLen);
 
-  // The jump at addr and the bytes it replaces.
-  if (!enc::jmp_rel32(t.jump_, a, r.entry)) return Status::no_trampoline_space;
-  for (unsigned b = 1; b < kJumpLen; ++b)
-    if ((an.boundary_mask & (1u << b)) != 0 && t.jump_[b] != x86::kInt3)
-      return Status::no_trampoline_space;  // the pool broke its contract
-  std::memcpy(t.original_, code, kJumpLen);
+  // The jump at addr and the bytes it replaces. In trap mode the "jump" is an int3 on
+  // byte 0 and the other bytes stay: only boundary 0 exists for install/remove.
+  const std::size_t keep = std::min<std::size_t>(kJumpLen, size);
+  std::memcpy(t.original_, code, keep);
+  if (trap_mode) {
+    std::memcpy(t.jump_, t.original_, kJumpLen);
+    t.jump_[0] = x86::kInt3;
+    an.boundary_mask = 0;
+  } else {
+    if (!enc::jmp_rel32(t.jump_, a, r.entry)) return Status::no_trampoline_space;
+    for (unsigned b = 1; b < kJumpLen; ++b)
+      if ((an.boundary_mask & (1u << b)) != 0 && t.jump_[b] != x86::kInt3)
+        return Status::no_trampoline_space;  // the pool broke its contract
+  }
+  t.span_ = static_cast<std::uint8_t>(trap_mode ? 1 : kJumpLen);
 
   // Redirects: boundary 0 enters like the jump (probe, then copies); boundary i goes to
   // the copy of instruction i. Registered by install(), cleared by remove().
@@ -154,15 +171,16 @@ Status Tracepoint::prepare(void* addr, std::size_t size, Handler handler, void* 
   return Status::ok;
 }
 
+// Trap mode has one int3 (byte 0): only its redirect is registered.
 Status Tracepoint::set_redirects() noexcept {
-  for (std::size_t i = 0; i < analysis_.count; ++i)
+  for (std::size_t i = 0; i < (span_ == 1 ? 1u : analysis_.count); ++i)
     if (trap::redirect_set(addr_ + analysis_.offset[i], redirect_to_[i]) != crossmod::Status::ok)
       return Status::table_full;
   return Status::ok;
 }
 
 void Tracepoint::clear_redirects() noexcept {
-  for (std::size_t i = 0; i < analysis_.count; ++i)
+  for (std::size_t i = 0; i < (span_ == 1 ? 1u : analysis_.count); ++i)
     (void)trap::redirect_clear(addr_ + analysis_.offset[i]);
 }
 
@@ -187,16 +205,16 @@ static Status check_wait(const WaitPolicy& w) noexcept {
 Status Tracepoint::check_install() const noexcept {
   if (body_ == nullptr || installed_) return Status::bad_state;
   auto* code = reinterpret_cast<const std::uint8_t*>(addr_);
-  if (!is_writable(code, kJumpLen)) return Status::not_writable;
-  if (std::memcmp(code, original_, kJumpLen) != 0) return Status::bad_bytes;
+  if (!is_writable(code, span_)) return Status::not_writable;
+  if (std::memcmp(code, original_, span_) != 0) return Status::bad_bytes;
   return Status::ok;
 }
 
 Status Tracepoint::check_remove() const noexcept {
   if (body_ == nullptr || !installed_) return Status::bad_state;
   auto* code = reinterpret_cast<const std::uint8_t*>(addr_);
-  if (!is_writable(code, kJumpLen)) return Status::not_writable;
-  if (std::memcmp(code, jump_, kJumpLen) != 0) return Status::bad_bytes;
+  if (!is_writable(code, span_)) return Status::not_writable;
+  if (std::memcmp(code, jump_, span_) != 0) return Status::bad_bytes;
   return Status::ok;
 }
 
@@ -217,7 +235,7 @@ Status Tracepoint::install_all(std::span<Tracepoint> tps, const WaitPolicy& w) n
   // 1. int3 on every boundary (for b >= 1 this is already the final rel32 byte).
   for (Tracepoint& t : tps) {
     auto* code = reinterpret_cast<std::uint8_t*>(t.addr_);
-    for (unsigned b = 0; b < kJumpLen; ++b)
+    for (unsigned b = 0; b < t.span_; ++b)
       if (is_boundary(t.analysis_, b)) x86::store_byte(code + b, x86::kInt3);
   }
   // 2.
@@ -225,7 +243,7 @@ Status Tracepoint::install_all(std::span<Tracepoint> tps, const WaitPolicy& w) n
   // 3. The rest of the rel32: unreachable now, every entry into the range is an int3.
   for (Tracepoint& t : tps) {
     auto* code = reinterpret_cast<std::uint8_t*>(t.addr_);
-    for (unsigned b = 1; b < kJumpLen; ++b)
+    for (unsigned b = 1; b < t.span_; ++b)
       if (!is_boundary(t.analysis_, b)) x86::store_byte(code + b, t.jump_[b]);
   }
   // 4.
@@ -248,7 +266,7 @@ Status Tracepoint::remove_all(std::span<Tracepoint> tps, const WaitPolicy& w) no
   // 2. Original non-boundary bytes (interiors of the replaced instructions).
   for (Tracepoint& t : tps) {
     auto* code = reinterpret_cast<std::uint8_t*>(t.addr_);
-    for (unsigned b = 1; b < kJumpLen; ++b)
+    for (unsigned b = 1; b < t.span_; ++b)
       if (!is_boundary(t.analysis_, b)) x86::store_byte(code + b, t.original_[b]);
   }
   (void)wait(w);
@@ -256,7 +274,7 @@ Status Tracepoint::remove_all(std::span<Tracepoint> tps, const WaitPolicy& w) no
   //    is complete behind its int3 since step 2).
   for (Tracepoint& t : tps) {
     auto* code = reinterpret_cast<std::uint8_t*>(t.addr_);
-    for (unsigned b = kJumpLen; b-- > 0;)
+    for (unsigned b = t.span_; b-- > 0;)
       if (is_boundary(t.analysis_, b)) x86::store_byte(code + b, t.original_[b]);
     t.installed_ = false;
   }

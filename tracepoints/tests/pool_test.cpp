@@ -77,7 +77,7 @@ TEST(Pool, EveryBoundaryPatternIsSatisfied) {
   for (unsigned m = 0; m < 16; ++m) {
     const auto mask = static_cast<std::uint8_t>(m << 1);
     detail::Reservation r;
-    ASSERT_EQ(detail::reserve(addr, mask, 256, &r, nullptr), Status::ok) << "mask " << m;
+    ASSERT_EQ(detail::reserve(addr, mask, 256, true, &r, nullptr), Status::ok) << "mask " << m;
     const std::int64_t rel = static_cast<std::int64_t>(r.entry - (addr + 5));
     ASSERT_TRUE(enc::fits_rel32(rel));
     std::uint8_t jump[5];
@@ -113,11 +113,11 @@ TEST(Pool, EntriesArePacked) {
   ASSERT_EQ(CodeBlock::allocate(4096, nullptr, &code), crossmod::Status::ok);
   const auto addr = reinterpret_cast<std::uintptr_t>(code.data());
   detail::Reservation r;
-  ASSERT_EQ(detail::reserve(addr, 0, 64, &r, nullptr), Status::ok);
+  ASSERT_EQ(detail::reserve(addr, 0, 64, true, &r, nullptr), Status::ok);
   const std::size_t pages = pool_stats().entry_pages;
-  for (int i = 0; i < 100; ++i) ASSERT_EQ(detail::reserve(addr + 16, 0, 64, &r, nullptr), Status::ok);
+  for (int i = 0; i < 100; ++i) ASSERT_EQ(detail::reserve(addr + 16, 0, 64, true, &r, nullptr), Status::ok);
   for (int i = 0; i < 8; ++i)
-    ASSERT_EQ(detail::reserve(addr, 1u << 1, 64, &r, nullptr), Status::ok);
+    ASSERT_EQ(detail::reserve(addr, 1u << 1, 64, true, &r, nullptr), Status::ok);
   EXPECT_LE(pool_stats().entry_pages, pages + 1);
 }
 

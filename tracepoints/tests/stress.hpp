@@ -37,10 +37,12 @@ inline void stress_probe(void*) noexcept { g_stress_hits.fetch_add(1, std::memor
 
 inline StressResult run_stress(std::uint64_t cycles, unsigned executors, bool batched) {
   TestCode code;
-  const TestFn* fns[] = {&code.sum(), &code.plus(), &code.call(), &code.jcc()};
-  std::vector<Tracepoint> tps(4);
-  for (std::size_t i = 0; i < 4; ++i) {
-    const Status s = Tracepoint::prepare(fns[i]->addr, fns[i]->size, stress_probe, nullptr, &tps[i]);
+  // The last one is too short for a jump: a trap-mode tracepoint.
+  const TestFn* fns[] = {&code.sum(), &code.plus(), &code.call(), &code.jcc(), &code.shortfn()};
+  std::vector<Tracepoint> tps(5);
+  for (std::size_t i = 0; i < 5; ++i) {
+    const Status s = Tracepoint::prepare(fns[i]->addr, fns[i]->size, stress_probe, nullptr,
+                                         &tps[i], nullptr, /*trap_fallback=*/true);
     EXPECT_EQ(s, Status::ok) << i << " " << to_string(s);
     if (s != Status::ok) return {};
   }
@@ -51,7 +53,7 @@ inline StressResult run_stress(std::uint64_t cycles, unsigned executors, bool ba
     threads.emplace_back([&, t] {
       std::uint64_t n = t, local_calls = 0, local_wrong = 0;
       const Fn2 sum = code.sum().fn(), plus = code.plus().fn(), call = code.call().fn(),
-                jcc = code.jcc().fn();
+                jcc = code.jcc().fn(), inc32 = code.shortfn().fn();
       while (!stop.load(std::memory_order_relaxed)) {
         n = (n + 1) & 7;
         const std::uint64_t k = n + 1;
@@ -59,7 +61,8 @@ inline StressResult run_stress(std::uint64_t cycles, unsigned executors, bool ba
         local_wrong += plus(n, 0) != TestCode::kK + n;
         local_wrong += call(n, 0) != 2 * n + 1;
         local_wrong += jcc(n, 0) != (n == 0 ? 0 : n + 1);
-        local_calls += 4;
+        local_wrong += inc32(n, 0) != n + 1;
+        local_calls += 5;
       }
       wrong.fetch_add(local_wrong);
       calls.fetch_add(local_calls);

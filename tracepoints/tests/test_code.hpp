@@ -92,6 +92,11 @@ class TestCode {
     xmm_ = put(b + 0x180, {0x66, 0x48, 0x0F, 0x6E, 0xC7, 0x66, 0x48, 0x0F, 0x7E, 0xC0, 0xC3});
     xmm_.addr += 5;
     xmm_.size -= 5;
+
+    // inc32(n) = (uint32)n + 1 in 4 bytes: too short for the jump, a trap-mode tracepoint.
+    //   0: 8D 47 01   lea eax, [rdi+1]
+    //   3: C3         ret
+    short_ = put(b + 0x1C0, {0x8D, 0x47, 0x01, 0xC3});
   }
 
   static constexpr std::uint64_t kK = 1000;
@@ -103,6 +108,7 @@ class TestCode {
   const TestFn& jcc() const { return jcc_; }
   const TestFn& below() const { return below_; }
   const TestFn& xmm() const { return xmm_; }
+  const TestFn& shortfn() const { return short_; }
 
  private:
   static TestFn put(std::uint8_t* at, std::initializer_list<std::uint8_t> bytes) {
@@ -110,7 +116,7 @@ class TestCode {
     return TestFn{at, at, bytes.size()};
   }
   CodeBlock block_;
-  TestFn sum_, plus_, call_, jcc_, below_, xmm_;
+  TestFn sum_, plus_, call_, jcc_, below_, xmm_, short_;
 };
 
 }  // namespace crossmod::tp::test

@@ -1,4 +1,5 @@
-// crossmod-trace --functions PATTERN [--out FILE] [--refused FILE] -- PROGRAM ARGS...
+// crossmod-trace --functions PATTERN [--out FILE] [--refused FILE] [--jump-only]
+//                -- PROGRAM ARGS...
 // Runs PROGRAM with libcrossmod_trace.so preloaded (found beside this binary) and the
 // options passed in the environment; exec keeps the program's pid, output and exit status.
 // Exit code 2 (one line on stderr) for bad usage, 127 if PROGRAM cannot be executed.
@@ -15,7 +16,7 @@ namespace {
 int usage(const char* why) {
   std::fprintf(stderr,
                "crossmod-trace: %s\nusage: crossmod-trace --functions PATTERN[:PATTERN...] "
-               "[--out FILE] [--refused FILE] -- PROGRAM [ARGS...]\n",
+               "[--out FILE] [--refused FILE] [--jump-only] -- PROGRAM [ARGS...]\n",
                why);
   return 2;
 }
@@ -31,7 +32,9 @@ int main(int argc, char** argv) {
       ++i;
       break;
     }
-    if ((a == "--functions" || a == "--out" || a == "--refused") && i + 1 < argc) {
+    if (a == "--jump-only") {
+      setenv("CROSSMOD_TRACE_JUMP_ONLY", "1", 1);
+    } else if ((a == "--functions" || a == "--out" || a == "--refused") && i + 1 < argc) {
       (a == "--functions" ? functions : a == "--out" ? out : refused) = argv[++i];
     } else {
       return usage(("unknown or incomplete option " + a).c_str());

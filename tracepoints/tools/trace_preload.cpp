@@ -3,7 +3,8 @@
 // CROSSMOD_TRACE_FUNCTIONS (fnmatch pattern, ':'-separated alternatives); each probe
 // increments its function's counter. At exit it prints "calls function object" to
 // CROSSMOD_TRACE_OUT (or stderr), never to the program's stdout, and the refused functions
-// with their status to CROSSMOD_TRACE_REFUSED if set.
+// with their status to CROSSMOD_TRACE_REFUSED if set. Functions the jump cannot replace get
+// a trap-mode tracepoint (int3 on byte 0) unless CROSSMOD_TRACE_JUMP_ONLY is set.
 // Thread safety: setup runs in the constructor, before main and normally before any thread
 // exists; the probe is one relaxed atomic increment (no allocation, no lock, async-signal-
 // safe); the report runs in a destructor.
@@ -82,6 +83,8 @@ __attribute__((constructor)) void trace_setup() {
   auto* t = new Traced;
   g_traced = t;
   const std::string patterns = pat;
+  const char* jump_only = std::getenv("CROSSMOD_TRACE_JUMP_ONLY");
+  const bool trap_fallback = jump_only == nullptr || *jump_only == '\0';
   const std::string self = own_path();
   crossmod::tp::enumerate_functions(&t->all);
   std::vector<const ElfFunction*> wanted;
@@ -95,8 +98,8 @@ __attribute__((constructor)) void trace_setup() {
     Tracepoint tp;
     const std::size_t idx = t->fns.size();
     t->counts[idx].store(0, std::memory_order_relaxed);
-    const Status s = Tracepoint::prepare(reinterpret_cast<void*>(f->addr), f->size, count,
-                                         &t->counts[idx], &tp);
+      const Status s = Tracepoint::prepare(reinterpret_cast<void*>(f->addr), f->size, count,
+                                         &t->counts[idx], &tp, nullptr, trap_fallback);
     if (s != Status::ok) {
       t->refused.emplace_back(f, s);
       continue;
@@ -157,14 +160,19 @@ __attribute__((destructor)) void trace_report() {
   });
   std::uint64_t total = 0;
   for (std::uint64_t v : c) total += v;
-  std::fprintf(out, "# crossmod-trace: %zu functions traced%s, %zu refused, %llu calls\n",
-               t->fns.size(), t->active ? "" : " (NOT installed)", t->refused.size(),
-               static_cast<unsigned long long>(total));
-  std::fprintf(out, "%12s  %s  %s\n", "calls", "function", "object");
+  std::size_t traps = 0;
+  for (const Tracepoint& tp : t->tps) traps += tp.trap_mode();
+  std::fprintf(out,
+               "# crossmod-trace: %zu functions traced (%zu jump, %zu trap-mode), %zu refused, "
+               "%llu calls%s\n",
+               t->fns.size(), t->fns.size() - traps, traps, t->refused.size(),
+               static_cast<unsigned long long>(total), t->active ? "" : " (NOT installed)");
+  std::fprintf(out, "%12s  %-4s  %s  %s\n", "calls", "mode", "function", "object");
   for (std::size_t i : order)
     if (c[i] != 0)
-      std::fprintf(out, "%12llu  %s  %s\n", static_cast<unsigned long long>(c[i]),
-                   t->fns[i].name.c_str(), t->fns[i].object.c_str());
+      std::fprintf(out, "%12llu  %-4s  %s  %s\n", static_cast<unsigned long long>(c[i]),
+                   t->tps[i].trap_mode() ? "trap" : "jump", t->fns[i].name.c_str(),
+                   t->fns[i].object.c_str());
   if (out != stderr) std::fclose(out);
 
   const char* rpath = std::getenv("CROSSMOD_TRACE_REFUSED");

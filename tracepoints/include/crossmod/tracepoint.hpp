@@ -96,8 +96,15 @@ class Tracepoint {
   // trampoline whose probe calls handler(user). Installs the trap handler. Writes nothing
   // into the traced code. The probe starts enabled. bad_state if another installed
   // tracepoint owns addr.
+  //
+  // With trap_fallback, code the jump cannot replace gets a trap-mode tracepoint instead:
+  // only an int3 on byte 0, redirected to the same trampoline (one signal per hit, so
+  // ~100x slower per call, but any instruction the relocator handles qualifies). Used for
+  // too_short and branch_into_range, and for no_trampoline_space (e.g. code of a non-PIE
+  // executable below 2 GiB, where a boundary at offset 4 needs a rel32 of -0x33xxxxxx).
   static Status prepare(void* addr, std::size_t size, Handler handler, void* user,
-                        Tracepoint* out, std::error_code* ec = nullptr) noexcept;
+                        Tracepoint* out, std::error_code* ec = nullptr,
+                        bool trap_fallback = false) noexcept;
 
   // Writes the jump. The replaced bytes must be in a code_memory writable range.
   //   0. register the trap redirects of every boundary (table_full if no slot);
@@ -127,9 +134,10 @@ class Tracepoint {
 
   bool prepared() const noexcept { return body_ != nullptr; }
   bool is_installed() const noexcept { return installed_; }
+  bool trap_mode() const noexcept { return span_ == 1; }
   std::uintptr_t address() const noexcept { return addr_; }
   const Analysis& analysis() const noexcept { return analysis_; }
-  std::uintptr_t entry() const noexcept { return entry_; }    // the jump's target
+  std::uintptr_t entry() const noexcept { return entry_; }    // the jump's target (0: trap mode)
   std::uintptr_t body() const noexcept { return reinterpret_cast<std::uintptr_t>(body_); }
   const std::uint8_t* jump_bytes() const noexcept { return jump_; }
 
@@ -143,6 +151,7 @@ class Tracepoint {
   std::uint8_t toggle_on_[5] = {};   // jmp to the probe block
   std::uint8_t toggle_off_[5] = {};  // jmp to the first copied instruction
   std::uintptr_t redirect_to_[5] = {};  // trap redirect target of each replaced boundary
+  std::uint8_t span_ = 5;  // bytes of code written: 5 (jump) or 1 (trap mode)
   bool installed_ = false;
 
   Status check_install() const noexcept;
