@@ -68,9 +68,18 @@ inline std::uint64_t state_of(std::uint64_t word) noexcept { return word & kStat
 // Same scheme as the site table: open addressing, linear probing, addresses never removed,
 // so a probe stops at the first empty slot. `to` is published with release after `from`
 // is claimed; the handler reads it with acquire, so it sees a complete target.
+//
+// `changes` counts every set and clear of the slot. A handler that sees no target and an
+// int3 still in place must know whether the site is simply foreign or was re-registered
+// meanwhile: between its read of `to` and its read of the byte, the owner may have removed
+// and reinstalled the tracepoint (observed: the install/remove stress died of a chained
+// SIGTRAP about once in six runs before this counter existed). Stores happen in program
+// order on x86 (SDM Vol 3A 9.2.2) and set_redirect increments before the owner writes its
+// int3, so a handler that reads that int3 also reads the new count and looks again.
 struct RedirectSlot {
   std::atomic<std::uintptr_t> from{0};
   std::atomic<std::uintptr_t> to{0};
+  std::atomic<std::uint64_t> changes{0};
 };
 inline constexpr std::size_t kRedirectBits = 16;
 static_assert((std::size_t{1} << kRedirectBits) == trap::kRedirectSlots);
@@ -101,18 +110,23 @@ RedirectSlot* find_redirect(std::uintptr_t a, bool claim) noexcept {
 bool try_redirect(std::uintptr_t pc, ucontext_t* uc) noexcept {
   RedirectSlot* slot = find_redirect(pc, false);
   if (slot == nullptr) return false;
-  const std::uintptr_t to = slot->to.load(std::memory_order_acquire);
-  if (to != 0) {
-    uc->uc_mcontext.gregs[REG_RIP] = static_cast<greg_t>(to);
-    g_redirected.fetch_add(1, std::memory_order_relaxed);
-    return true;
+  for (;;) {
+    const std::uint64_t before = slot->changes.load(std::memory_order_acquire);
+    const std::uintptr_t to = slot->to.load(std::memory_order_acquire);
+    if (to != 0) {
+      uc->uc_mcontext.gregs[REG_RIP] = static_cast<greg_t>(to);
+      g_redirected.fetch_add(1, std::memory_order_relaxed);
+      return true;
+    }
+    // Cleared: the original byte is back (the int3 was fetched before it was restored),
+    // or someone else owns an int3 here now, or the site was re-registered meanwhile.
+    if (*reinterpret_cast<volatile const std::uint8_t*>(pc) != x86::kInt3) {
+      uc->uc_mcontext.gregs[REG_RIP] = static_cast<greg_t>(pc);
+      g_reexecuted.fetch_add(1, std::memory_order_relaxed);
+      return true;
+    }
+    if (slot->changes.load(std::memory_order_acquire) == before) return false;
   }
-  // Cleared: the original byte is back (the int3 was fetched before it was restored), or
-  // someone else owns an int3 here now.
-  if (*reinterpret_cast<volatile const std::uint8_t*>(pc) == x86::kInt3) return false;
-  uc->uc_mcontext.gregs[REG_RIP] = static_cast<greg_t>(pc);
-  g_reexecuted.fetch_add(1, std::memory_order_relaxed);
-  return true;
 }
 
 // ---- handler state ----------------------------------------------------------------------
@@ -252,6 +266,9 @@ Status redirect_set(std::uintptr_t from, std::uintptr_t to) noexcept {
   RedirectSlot* slot = find_redirect(from, true);
   if (slot == nullptr) return Status::table_full;
   slot->to.store(to, std::memory_order_release);
+  // Locked RMW: a full barrier, so the caller's int3 store that follows cannot become
+  // visible before the new count (pairs with the acquire loads in try_redirect).
+  slot->changes.fetch_add(1, std::memory_order_seq_cst);
   return Status::ok;
 }
 
@@ -259,6 +276,7 @@ Status redirect_clear(std::uintptr_t from) noexcept {
   RedirectSlot* slot = find_redirect(from, false);
   if (slot == nullptr) return Status::not_found;
   slot->to.store(0, std::memory_order_release);
+  slot->changes.fetch_add(1, std::memory_order_seq_cst);
   return Status::ok;
 }
 
