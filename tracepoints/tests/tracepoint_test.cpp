@@ -203,8 +203,13 @@ TEST(Tracepoint, CodeOutsideWritableRangeIsRefused) {
 }
 
 TEST(Tracepoint, PoolAccountsMemory) {
+  TestCode code;
+  const PoolStats s0 = pool_stats();
+  Prepared p(code.plus());
   const PoolStats s = pool_stats();
-  EXPECT_GT(s.trampolines, 0u);
+  EXPECT_EQ(s.trampolines, s0.trampolines + 1);
+  EXPECT_GT(s.body_bytes_used, s0.body_bytes_used);
+  EXPECT_GE(s.entry_bytes_used, s0.entry_bytes_used + 5);
   EXPECT_LE(s.entry_bytes_used, s.entry_pages * 4096);
   EXPECT_LE(s.body_bytes_used, s.body_bytes_mapped);
 }
