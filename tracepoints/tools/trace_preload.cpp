@@ -86,6 +86,19 @@ __attribute__((constructor)) void trace_setup() {
   const char* jump_only = std::getenv("CROSSMOD_TRACE_JUMP_ONLY");
   const bool trap_fallback = jump_only == nullptr || *jump_only == '\0';
   const std::string self = own_path();
+  // Children (fork+exec) are not traced: their tables would overwrite ours in --out.
+  if (const char* pre = std::getenv("LD_PRELOAD"); pre != nullptr) {
+    std::string rest, item;
+    const std::string all = pre;
+    std::size_t pos = 0;
+    while (pos <= all.size()) {
+      const std::size_t end = std::min(all.find_first_of(": ", pos), all.size());
+      item = all.substr(pos, end - pos);
+      if (!item.empty() && item != self) rest += (rest.empty() ? "" : ":") + item;
+      pos = end + 1;
+    }
+    if (rest.empty()) unsetenv("LD_PRELOAD"); else setenv("LD_PRELOAD", rest.c_str(), 1);
+  }
   crossmod::tp::enumerate_functions(&t->all);
   std::vector<const ElfFunction*> wanted;
   for (const ElfFunction& f : t->all)
