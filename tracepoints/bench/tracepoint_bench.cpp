@@ -58,8 +58,8 @@ void BM_AfterRemove(benchmark::State& s) { with_tracepoint(s, true, true); }
 void BM_DirectCallShort(benchmark::State& state) { run_calls(state, code().shortfn().fn()); }
 void BM_TrapTracepointShort(benchmark::State& state) {
   Tracepoint tp;
-  if (Tracepoint::prepare(code().shortfn().addr, code().shortfn().size, empty_probe, nullptr,
-                          &tp, nullptr, true) != Status::ok ||
+  if (Tracepoint::prepare(code().shortfn().addr, code().shortfn().size, empty_probe, nullptr, &tp,
+                          nullptr, true) != Status::ok ||
       tp.install(wait_policy()) != Status::ok) {
     state.SkipWithError("prepare/install failed");
     return;

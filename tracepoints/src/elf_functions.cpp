@@ -88,8 +88,8 @@ bool read_symbols(const Loaded& l, std::vector<ElfFunction>* out, bool* has_symt
         const char* names = reinterpret_cast<const char*>(base + strs.sh_offset);
         for (std::size_t i = 0; i < n; ++i) {
           const Elf64_Sym& s = syms[i];
-          if (ELF64_ST_TYPE(s.st_info) != STT_FUNC || s.st_shndx == SHN_UNDEF ||
-              s.st_size == 0 || s.st_value == 0 || s.st_name >= strs.sh_size)
+          if (ELF64_ST_TYPE(s.st_info) != STT_FUNC || s.st_shndx == SHN_UNDEF || s.st_size == 0 ||
+              s.st_value == 0 || s.st_name >= strs.sh_size)
             continue;
           const std::uintptr_t a = l.bias + s.st_value;
           const bool in_text = std::any_of(l.exec.begin(), l.exec.end(), [&](const auto& r) {

@@ -9,7 +9,7 @@
 
 namespace crossmod::tp::enc {
 
-inline constexpr std::uint8_t kJmpRel32 = 0xE9;  // JMP rel32
+inline constexpr std::uint8_t kJmpRel32 = 0xE9;     // JMP rel32
 inline constexpr std::uint8_t kJccRel8Base = 0x70;  // Jcc rel8: 70+cc
 inline constexpr std::uint8_t kTwoByte = 0x0F;
 inline constexpr std::uint8_t kJccRel32Base = 0x80;  // Jcc rel32: 0F 80+cc
@@ -32,9 +32,7 @@ inline constexpr std::uint8_t kLeaRspMinus128[5] = {0x48, 0x8D, 0x64, 0x24, 0x80
 inline constexpr std::uint8_t kLeaRspPlus128[8] = {0x48, 0x8D, 0xA4, 0x24, 0x80, 0, 0, 0};
 inline constexpr std::size_t kRel32JmpLen = 5;
 
-inline bool fits_rel32(std::int64_t d) noexcept {
-  return d >= INT32_MIN && d <= INT32_MAX;
-}
+inline bool fits_rel32(std::int64_t d) noexcept { return d >= INT32_MIN && d <= INT32_MAX; }
 inline std::int64_t rel_from(std::uintptr_t next_ip, std::uintptr_t target) noexcept {
   return static_cast<std::int64_t>(target - next_ip);
 }

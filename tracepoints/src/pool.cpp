@@ -7,6 +7,8 @@
 // 256 qualifies, with byte 3 fixed the slot lies 816..832 MiB below the code. A 5-byte
 // entry (`jmp body`) at such an address keeps the constrained pages densely packable;
 // the body (copies, probe block) goes anywhere near the code.
+#include "pool.hpp"
+
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <unistd.h>
@@ -21,7 +23,6 @@
 
 #include "crossmod/code_memory.hpp"
 #include "encoding.hpp"
-#include "pool.hpp"
 
 namespace crossmod::tp {
 
@@ -32,8 +33,8 @@ namespace {
 constexpr std::uintptr_t kPage = 4096;
 constexpr std::int64_t kTwoGiB = std::int64_t{1} << 31;
 constexpr std::uint64_t kNone = UINT64_MAX;
-constexpr std::uint64_t kSpan = std::uint64_t{1} << 32;  // size of the s domain
-constexpr std::uintptr_t kLowest = std::uintptr_t{1} << 20;      // above mmap_min_addr
+constexpr std::uint64_t kSpan = std::uint64_t{1} << 32;      // size of the s domain
+constexpr std::uintptr_t kLowest = std::uintptr_t{1} << 20;  // above mmap_min_addr
 constexpr std::uintptr_t kUserTop = (std::uintptr_t{1} << 47) - kPage;
 constexpr std::size_t kArenaSize = std::size_t{64} << 10;
 constexpr std::size_t kEntryMax = enc::kJmpAbsLen;
@@ -195,7 +196,8 @@ Status reserve(std::uintptr_t addr, std::uint8_t boundary_mask, std::size_t body
     if (arena == nullptr) {
       auto a = std::make_unique<Arena>();
       std::error_code e;
-      const crossmod::Status s = CodeBlock::allocate(kArenaSize, reinterpret_cast<void*>(addr), &a->block, &e);
+      const crossmod::Status s =
+          CodeBlock::allocate(kArenaSize, reinterpret_cast<void*>(addr), &a->block, &e);
       if (s == crossmod::Status::out_of_range) return Status::no_trampoline_space;
       if (s != crossmod::Status::ok) {
         if (ec != nullptr) *ec = e;
@@ -243,14 +245,23 @@ Status reserve(std::uintptr_t addr, std::uint8_t boundary_mask, std::size_t body
         auto skip_to = [&](std::uintptr_t lo_addr, std::uintptr_t hi_addr) {
           if (take_up) {
             const std::int64_t r = static_cast<std::int64_t>(hi_addr - next_ip);
-            if (r >= kTwoGiB) up_done = true; else up = rel_to_s(r);
+            if (r >= kTwoGiB)
+              up_done = true;
+            else
+              up = rel_to_s(r);
           } else {
             const std::int64_t r = static_cast<std::int64_t>(lo_addr - next_ip) - 1;
-            if (r < -kTwoGiB) down_done = true; else down = rel_to_s(r);
+            if (r < -kTwoGiB)
+              down_done = true;
+            else
+              down = rel_to_s(r);
           }
         };
         if (pbase < kLowest || pbase >= kUserTop) {
-          if (take_up) up_done = true; else down_done = true;
+          if (take_up)
+            up_done = true;
+          else
+            down_done = true;
           continue;
         }
         if (const Interval* iv = mapped_at(maps, pbase)) {
@@ -259,7 +270,12 @@ Status reserve(std::uintptr_t addr, std::uint8_t boundary_mask, std::size_t body
         }
         // The slot must fit in the page (a 14-byte entry near the page end would not).
         if (cand - pbase + entry_len_for(cand, body_at) > kPage) {
-          if (take_up) up = s + 1; else if (s == 0) down_done = true; else down = s - 1;
+          if (take_up)
+            up = s + 1;
+          else if (s == 0)
+            down_done = true;
+          else
+            down = s - 1;
           continue;
         }
         ++P.stats.mmap_attempts;

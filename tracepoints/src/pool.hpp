@@ -25,8 +25,8 @@ std::uint64_t next_ge(std::uint64_t s, std::uint32_t mask, std::uint32_t value) 
 std::uint64_t prev_le(std::uint64_t s, std::uint32_t mask, std::uint32_t value) noexcept;
 
 struct Reservation {
-  std::uintptr_t entry = 0;    // entry slot: the jump at addr targets it
-  std::size_t entry_len = 0;   // 5 (jmp rel32 to body) or 14 (jmp [rip]; abs64)
+  std::uintptr_t entry = 0;   // entry slot: the jump at addr targets it
+  std::size_t entry_len = 0;  // 5 (jmp rel32 to body) or 14 (jmp [rip]; abs64)
   std::uint8_t* body = nullptr;
 };
 

@@ -4,13 +4,14 @@
 // reach), and a relative call becomes "push the ORIGINAL return address; jmp target" so
 // that the callee returns into the original code and unwinders see a known address.
 // Thread safety: pure functions; no allocation; Zydis decoding is reentrant.
+#include "relocate.hpp"
+
 #include <Zydis/Zydis.h>
 
 #include <cstring>
 
 #include "crossmod/tracepoint.hpp"
 #include "encoding.hpp"
-#include "relocate.hpp"
 
 namespace crossmod::tp {
 
@@ -85,11 +86,21 @@ Kind classify(const Decoded& d) noexcept {
       return Kind::jmp;
     case ZYDIS_MNEMONIC_CALL:
       return Kind::call;
-    case ZYDIS_MNEMONIC_JB: case ZYDIS_MNEMONIC_JBE: case ZYDIS_MNEMONIC_JL:
-    case ZYDIS_MNEMONIC_JLE: case ZYDIS_MNEMONIC_JNB: case ZYDIS_MNEMONIC_JNBE:
-    case ZYDIS_MNEMONIC_JNL: case ZYDIS_MNEMONIC_JNLE: case ZYDIS_MNEMONIC_JNO:
-    case ZYDIS_MNEMONIC_JNP: case ZYDIS_MNEMONIC_JNS: case ZYDIS_MNEMONIC_JNZ:
-    case ZYDIS_MNEMONIC_JO: case ZYDIS_MNEMONIC_JP: case ZYDIS_MNEMONIC_JS:
+    case ZYDIS_MNEMONIC_JB:
+    case ZYDIS_MNEMONIC_JBE:
+    case ZYDIS_MNEMONIC_JL:
+    case ZYDIS_MNEMONIC_JLE:
+    case ZYDIS_MNEMONIC_JNB:
+    case ZYDIS_MNEMONIC_JNBE:
+    case ZYDIS_MNEMONIC_JNL:
+    case ZYDIS_MNEMONIC_JNLE:
+    case ZYDIS_MNEMONIC_JNO:
+    case ZYDIS_MNEMONIC_JNP:
+    case ZYDIS_MNEMONIC_JNS:
+    case ZYDIS_MNEMONIC_JNZ:
+    case ZYDIS_MNEMONIC_JO:
+    case ZYDIS_MNEMONIC_JP:
+    case ZYDIS_MNEMONIC_JS:
     case ZYDIS_MNEMONIC_JZ:
       return Kind::jcc;
     default:
@@ -174,8 +185,8 @@ Status analyze_first(const std::uint8_t* code, std::size_t size, std::uintptr_t,
   return Status::ok;
 }
 
-Status relocate(const std::uint8_t* code, std::uintptr_t addr, const Analysis& a,
-                std::uintptr_t at, std::uint8_t* out, std::size_t cap, std::size_t* used,
+Status relocate(const std::uint8_t* code, std::uintptr_t addr, const Analysis& a, std::uintptr_t at,
+                std::uint8_t* out, std::size_t cap, std::size_t* used,
                 std::uint16_t copy_offset[5]) noexcept {
   const ZydisDecoder dec = make_decoder();
   Decoded d;
@@ -200,8 +211,8 @@ Status relocate(const std::uint8_t* code, std::uintptr_t addr, const Analysis& a
         // relative to the end of the instruction, SDM Vol 2A 2.2.1.6).
         std::int32_t disp = 0;
         std::memcpy(&disp, src + d.ins.raw.disp.offset, 4);
-        const std::uintptr_t abs = src_at + len + static_cast<std::uintptr_t>(
-                                                      static_cast<std::int64_t>(disp));
+        const std::uintptr_t abs =
+            src_at + len + static_cast<std::uintptr_t>(static_cast<std::int64_t>(disp));
         const std::int64_t nd = enc::rel_from(p_at + len, abs);
         if (!enc::fits_rel32(nd)) return Status::out_of_range;
         std::memcpy(p, src, len);

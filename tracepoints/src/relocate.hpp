@@ -22,8 +22,8 @@ Status analyze_first(const std::uint8_t* code, std::size_t size, std::uintptr_t 
 // runtime address `at`, then a jump back to addr + a.replaced_len. copy_offset[i] gets
 // the offset of instruction i's copy. out_of_range if a RIP-relative operand cannot reach
 // its target from `at`; unsupported_instruction / decode_error as in analyze().
-Status relocate(const std::uint8_t* code, std::uintptr_t addr, const Analysis& a,
-                std::uintptr_t at, std::uint8_t* out, std::size_t cap, std::size_t* used,
+Status relocate(const std::uint8_t* code, std::uintptr_t addr, const Analysis& a, std::uintptr_t at,
+                std::uint8_t* out, std::size_t cap, std::size_t* used,
                 std::uint16_t copy_offset[5]) noexcept;
 
 }  // namespace crossmod::tp::detail

@@ -42,26 +42,36 @@ __attribute__((visibility("hidden"))) void crossmod_tp_dispatch(
     const crossmod::tp::ProbeCtx* ctx) noexcept;
 }
 
-void crossmod_tp_dispatch(const crossmod::tp::ProbeCtx* ctx) noexcept {
-  ctx->handler(ctx->user);
-}
+void crossmod_tp_dispatch(const crossmod::tp::ProbeCtx* ctx) noexcept { ctx->handler(ctx->user); }
 
 namespace crossmod::tp {
 
 const char* to_string(Status s) noexcept {
   switch (s) {
-    case Status::ok: return "ok";
-    case Status::too_short: return "too_short";
-    case Status::decode_error: return "decode_error";
-    case Status::unsupported_instruction: return "unsupported_instruction";
-    case Status::branch_into_range: return "branch_into_range";
-    case Status::out_of_range: return "out_of_range";
-    case Status::no_trampoline_space: return "no_trampoline_space";
-    case Status::not_writable: return "not_writable";
-    case Status::bad_bytes: return "bad_bytes";
-    case Status::bad_state: return "bad_state";
-    case Status::table_full: return "table_full";
-    case Status::os_error: return "os_error";
+    case Status::ok:
+      return "ok";
+    case Status::too_short:
+      return "too_short";
+    case Status::decode_error:
+      return "decode_error";
+    case Status::unsupported_instruction:
+      return "unsupported_instruction";
+    case Status::branch_into_range:
+      return "branch_into_range";
+    case Status::out_of_range:
+      return "out_of_range";
+    case Status::no_trampoline_space:
+      return "no_trampoline_space";
+    case Status::not_writable:
+      return "not_writable";
+    case Status::bad_bytes:
+      return "bad_bytes";
+    case Status::bad_state:
+      return "bad_state";
+    case Status::table_full:
+      return "table_full";
+    case Status::os_error:
+      return "os_error";
   }
   return "unknown";
 }

@@ -1,6 +1,8 @@
 // Constrained trampoline allocation: the rel32 search primitives against brute force, and
 // reserve() for every boundary pattern: the jump's rel32 holds 0xCC at every boundary and
 // reaches the entry, which jumps to the body.
+#include "pool.hpp"
+
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -8,7 +10,6 @@
 
 #include "crossmod/code_memory.hpp"
 #include "encoding.hpp"
-#include "pool.hpp"
 
 namespace crossmod::tp {
 namespace {
@@ -115,7 +116,8 @@ TEST(Pool, EntriesArePacked) {
   detail::Reservation r;
   ASSERT_EQ(detail::reserve(addr, 0, 64, true, &r, nullptr), Status::ok);
   const std::size_t pages = pool_stats().entry_pages;
-  for (int i = 0; i < 100; ++i) ASSERT_EQ(detail::reserve(addr + 16, 0, 64, true, &r, nullptr), Status::ok);
+  for (int i = 0; i < 100; ++i)
+    ASSERT_EQ(detail::reserve(addr + 16, 0, 64, true, &r, nullptr), Status::ok);
   for (int i = 0; i < 8; ++i)
     ASSERT_EQ(detail::reserve(addr, 1u << 1, 64, true, &r, nullptr), Status::ok);
   EXPECT_LE(pool_stats().entry_pages, pages + 1);

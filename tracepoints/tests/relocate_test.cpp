@@ -1,12 +1,13 @@
 // Decoding and relocation on hand-assembled byte sequences: boundaries, refusals, and
 // the exact bytes emitted for RIP-relative operands, jcc, jmp and call.
+#include "relocate.hpp"
+
 #include <gtest/gtest.h>
 
 #include <cstring>
 #include <vector>
 
 #include "crossmod/tracepoint.hpp"
-#include "relocate.hpp"
 
 namespace crossmod::tp {
 namespace {

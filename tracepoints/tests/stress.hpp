@@ -41,8 +41,8 @@ inline StressResult run_stress(std::uint64_t cycles, unsigned executors, bool ba
   const TestFn* fns[] = {&code.sum(), &code.plus(), &code.call(), &code.jcc(), &code.shortfn()};
   std::vector<Tracepoint> tps(5);
   for (std::size_t i = 0; i < 5; ++i) {
-    const Status s = Tracepoint::prepare(fns[i]->addr, fns[i]->size, stress_probe, nullptr,
-                                         &tps[i], nullptr, /*trap_fallback=*/true);
+    const Status s = Tracepoint::prepare(fns[i]->addr, fns[i]->size, stress_probe, nullptr, &tps[i],
+                                         nullptr, /*trap_fallback=*/true);
     EXPECT_EQ(s, Status::ok) << i << " " << to_string(s);
     if (s != Status::ok) return {};
   }

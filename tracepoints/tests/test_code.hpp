@@ -16,9 +16,9 @@ namespace crossmod::tp::test {
 using Fn2 = std::uint64_t (*)(std::uint64_t, std::uint64_t);
 
 struct TestFn {
-  std::uint8_t* addr = nullptr;  // where the tracepoint goes
-  std::uint8_t* entry = nullptr; // where callers enter (== addr unless mid-function)
-  std::size_t size = 0;          // bytes from addr to the function's end
+  std::uint8_t* addr = nullptr;   // where the tracepoint goes
+  std::uint8_t* entry = nullptr;  // where callers enter (== addr unless mid-function)
+  std::size_t size = 0;           // bytes from addr to the function's end
   Fn2 fn() const { return reinterpret_cast<Fn2>(entry); }
 };
 
@@ -46,8 +46,8 @@ class TestCode {
     //  11: 48 01 F8         add rax, rdi
     //  14: 5D               pop rbp
     //  15: C3               ret
-    plus_ = put(b + 0x040, {0x55, 0x48, 0x89, 0xE5, 0x48, 0x8B, 0x05, 0, 0, 0, 0, 0x48, 0x01,
-                            0xF8, 0x5D, 0xC3});
+    plus_ = put(b + 0x040, {0x55, 0x48, 0x89, 0xE5, 0x48, 0x8B, 0x05, 0, 0, 0, 0, 0x48, 0x01, 0xF8,
+                            0x5D, 0xC3});
     const std::int32_t d = static_cast<std::int32_t>((b + 0x380) - (b + 0x040 + 11));
     std::memcpy(b + 0x040 + 7, &d, 4);
     std::memcpy(b + 0x380, &kK, 8);
@@ -69,8 +69,8 @@ class TestCode {
     //   9: C3             ret
     //  10: 31 C0          xor eax, eax
     //  12: C3             ret
-    jcc_ = put(b + 0x100, {0x48, 0x85, 0xFF, 0x74, 0x05, 0x48, 0x8D, 0x47, 0x01, 0xC3, 0x31,
-                           0xC0, 0xC3});
+    jcc_ = put(b + 0x100,
+               {0x48, 0x85, 0xFF, 0x74, 0x05, 0x48, 0x8D, 0x47, 0x01, 0xC3, 0x31, 0xC0, 0xC3});
 
     // below(a, b) = b < a: the tracepoint sits mid-function on a 5-byte NOP between the
     // flag-setting cmp and the setb that reads the flags (the probe must preserve RFLAGS).
@@ -79,8 +79,8 @@ class TestCode {
     //   8: 0F 92 C0        setb al
     //  11: 48 0F B6 C0     movzx rax, al
     //  15: C3              ret
-    below_ = put(b + 0x140, {0x48, 0x39, 0xFE, 0x0F, 0x1F, 0x44, 0x00, 0x00, 0x0F, 0x92, 0xC0,
-                             0x48, 0x0F, 0xB6, 0xC0, 0xC3});
+    below_ = put(b + 0x140, {0x48, 0x39, 0xFE, 0x0F, 0x1F, 0x44, 0x00, 0x00, 0x0F, 0x92, 0xC0, 0x48,
+                             0x0F, 0xB6, 0xC0, 0xC3});
     below_.addr += 3;
     below_.size -= 3;
 

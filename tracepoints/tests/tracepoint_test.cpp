@@ -40,7 +40,8 @@ void clobber(void*) noexcept {
       "xor %%r8d, %%r8d\n\t"
       "xor %%r11d, %%r11d\n\t"
       "cmp %%ecx, %%ecx\n\t"  // ZF=1, CF=0
-      ::: "xmm0", "xmm1", "rcx", "rdx", "rsi", "rdi", "r8", "r11", "cc");
+      ::
+          : "xmm0", "xmm1", "rcx", "rdx", "rsi", "rdi", "r8", "r11", "cc");
 }
 
 WaitPolicy test_wait() { return test::stress_wait(); }
@@ -159,8 +160,7 @@ TEST(Tracepoint, TrapFallbackForShortFunction) {
   const TestFn& f = code.shortfn();
   Tracepoint t;
   EXPECT_EQ(Tracepoint::prepare(f.addr, f.size, count_hit, nullptr, &t), Status::too_short);
-  ASSERT_EQ(Tracepoint::prepare(f.addr, f.size, count_hit, nullptr, &t, nullptr, true),
-            Status::ok);
+  ASSERT_EQ(Tracepoint::prepare(f.addr, f.size, count_hit, nullptr, &t, nullptr, true), Status::ok);
   EXPECT_TRUE(t.trap_mode());
   EXPECT_EQ(t.entry(), 0u);
   ASSERT_EQ(t.install(test_wait()), Status::ok);
@@ -196,9 +196,9 @@ TEST(Tracepoint, CodeOutsideWritableRangeIsRefused) {
   // The test binary's own text: readable but never made writable through code_memory.
   static const std::uint8_t kText[] = {0x48, 0x89, 0xE5, 0x48, 0x83, 0xEC, 0x10, 0xC3};
   Tracepoint t;
-  ASSERT_EQ(Tracepoint::prepare(const_cast<std::uint8_t*>(kText), sizeof kText, count_hit,
-                                nullptr, &t),
-            Status::ok);
+  ASSERT_EQ(
+      Tracepoint::prepare(const_cast<std::uint8_t*>(kText), sizeof kText, count_hit, nullptr, &t),
+      Status::ok);
   EXPECT_EQ(t.install(test_wait()), Status::not_writable);
 }
 

@@ -34,7 +34,7 @@ using crossmod::tp::Status;
 using crossmod::tp::Tracepoint;
 
 struct Traced {
-  std::vector<ElfFunction> fns;                       // traced, index = counter index
+  std::vector<ElfFunction> fns;  // traced, index = counter index
   std::unique_ptr<std::atomic<std::uint64_t>[]> counts;
   std::vector<Tracepoint> tps;
   std::vector<std::pair<const ElfFunction*, Status>> refused;
@@ -97,7 +97,10 @@ __attribute__((constructor)) void trace_setup() {
       if (!item.empty() && item != self) rest += (rest.empty() ? "" : ":") + item;
       pos = end + 1;
     }
-    if (rest.empty()) unsetenv("LD_PRELOAD"); else setenv("LD_PRELOAD", rest.c_str(), 1);
+    if (rest.empty())
+      unsetenv("LD_PRELOAD");
+    else
+      setenv("LD_PRELOAD", rest.c_str(), 1);
   }
   crossmod::tp::enumerate_functions(&t->all);
   std::vector<const ElfFunction*> wanted;
@@ -111,7 +114,7 @@ __attribute__((constructor)) void trace_setup() {
     Tracepoint tp;
     const std::size_t idx = t->fns.size();
     t->counts[idx].store(0, std::memory_order_relaxed);
-      const Status s = Tracepoint::prepare(reinterpret_cast<void*>(f->addr), f->size, count,
+    const Status s = Tracepoint::prepare(reinterpret_cast<void*>(f->addr), f->size, count,
                                          &t->counts[idx], &tp, nullptr, trap_fallback);
     if (s != Status::ok) {
       t->refused.emplace_back(f, s);
@@ -134,9 +137,8 @@ __attribute__((constructor)) void trace_setup() {
   std::vector<crossmod::WritableRange> ranges(spans.size());
   std::size_t i = 0;
   for (const auto& [obj, span] : spans) {
-    if (crossmod::WritableRange::make(reinterpret_cast<void*>(span.first),
-                                      span.second - span.first, &ranges[i++]) !=
-        crossmod::Status::ok) {
+    if (crossmod::WritableRange::make(reinterpret_cast<void*>(span.first), span.second - span.first,
+                                      &ranges[i++]) != crossmod::Status::ok) {
       std::fprintf(stderr, "crossmod-trace: cannot make %s writable; nothing traced\n",
                    obj.c_str());
       return;

@@ -54,8 +54,8 @@ Status redirect_clear(std::uintptr_t from) noexcept;
 std::uintptr_t redirect_target(std::uintptr_t from) noexcept;
 
 struct RedirectStats {
-  std::uint64_t redirected;   // int3 at a redirect site: RIP set to its target
-  std::uint64_t reexecuted;   // cleared site whose int3 is gone: re-executed in place
+  std::uint64_t redirected;  // int3 at a redirect site: RIP set to its target
+  std::uint64_t reexecuted;  // cleared site whose int3 is gone: re-executed in place
 };
 RedirectStats redirect_stats() noexcept;
 

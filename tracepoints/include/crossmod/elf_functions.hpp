@@ -12,10 +12,10 @@ namespace crossmod::tp {
 
 struct ElfFunction {
   std::string name;
-  std::uintptr_t addr = 0;  // runtime address (load bias applied)
-  std::size_t size = 0;     // st_size: bytes to the function's end
-  std::string object;       // path of the file it came from
-  bool from_symtab = false; // false: .dynsym
+  std::uintptr_t addr = 0;   // runtime address (load bias applied)
+  std::size_t size = 0;      // st_size: bytes to the function's end
+  std::string object;        // path of the file it came from
+  bool from_symtab = false;  // false: .dynsym
 };
 
 struct ElfObjectInfo {

@@ -21,22 +21,22 @@
 
 namespace crossmod::tp {
 
-enum class [[nodiscard]] Status : std::uint8_t {
-  ok = 0,
-  too_short,            // the code ends (function size, ret, jmp, ud2, int3) before 5 bytes
-  decode_error,         // Zydis cannot decode an instruction in the replaced range
-  unsupported_instruction,  // in the replaced range: loop/jrcxz/xbegin, 16-bit branch, int3
-  branch_into_range,    // a branch in the function's own code targets the replaced range
-                        // at a byte that is not a replaced instruction boundary
-  out_of_range,         // a relocated RIP-relative operand or branch cannot reach its target
-  no_trampoline_space,  // no free page within +-2 GiB has an address with the required
-                        // 0xCC bytes in the jump's rel32
-  not_writable,         // the replaced bytes are not in a code_memory writable range
-  bad_bytes,            // the code no longer holds the bytes seen at prepare()
-  bad_state,            // install while installed, remove while not installed, prepare
-                        // at an address another installed tracepoint owns, ...
-  table_full,           // the trap handler's redirect table is full
-  os_error,             // a system call failed (mmap, membarrier); see the error_code
+enum class [[nodiscard]] Status : std::uint8_t{
+    ok = 0,
+    too_short,                // the code ends (function size, ret, jmp, ud2, int3) before 5 bytes
+    decode_error,             // Zydis cannot decode an instruction in the replaced range
+    unsupported_instruction,  // in the replaced range: loop/jrcxz/xbegin, 16-bit branch, int3
+    branch_into_range,        // a branch in the function's own code targets the replaced range
+                              // at a byte that is not a replaced instruction boundary
+    out_of_range,             // a relocated RIP-relative operand or branch cannot reach its target
+    no_trampoline_space,      // no free page within +-2 GiB has an address with the required
+                              // 0xCC bytes in the jump's rel32
+    not_writable,             // the replaced bytes are not in a code_memory writable range
+    bad_bytes,                // the code no longer holds the bytes seen at prepare()
+    bad_state,                // install while installed, remove while not installed, prepare
+                              // at an address another installed tracepoint owns, ...
+    table_full,               // the trap handler's redirect table is full
+    os_error,                 // a system call failed (mmap, membarrier); see the error_code
 };
 const char* to_string(Status s) noexcept;
 
@@ -71,7 +71,7 @@ struct PoolStats {
   std::size_t body_bytes_mapped = 0;
   std::size_t body_bytes_used = 0;
   std::size_t trampolines = 0;
-  std::size_t mmap_attempts = 0;     // mmap calls made while searching for entry pages
+  std::size_t mmap_attempts = 0;  // mmap calls made while searching for entry pages
 };
 PoolStats pool_stats() noexcept;
 
@@ -102,9 +102,8 @@ class Tracepoint {
   // ~100x slower per call, but any instruction the relocator handles qualifies). Used for
   // too_short and branch_into_range, and for no_trampoline_space (e.g. code of a non-PIE
   // executable below 2 GiB, where a boundary at offset 4 needs a rel32 of -0x33xxxxxx).
-  static Status prepare(void* addr, std::size_t size, Handler handler, void* user,
-                        Tracepoint* out, std::error_code* ec = nullptr,
-                        bool trap_fallback = false) noexcept;
+  static Status prepare(void* addr, std::size_t size, Handler handler, void* user, Tracepoint* out,
+                        std::error_code* ec = nullptr, bool trap_fallback = false) noexcept;
 
   // Writes the jump. The replaced bytes must be in a code_memory writable range.
   //   0. register the trap redirects of every boundary (table_full if no slot);
@@ -137,7 +136,7 @@ class Tracepoint {
   bool trap_mode() const noexcept { return span_ == 1; }
   std::uintptr_t address() const noexcept { return addr_; }
   const Analysis& analysis() const noexcept { return analysis_; }
-  std::uintptr_t entry() const noexcept { return entry_; }    // the jump's target (0: trap mode)
+  std::uintptr_t entry() const noexcept { return entry_; }  // the jump's target (0: trap mode)
   std::uintptr_t body() const noexcept { return reinterpret_cast<std::uintptr_t>(body_); }
   const std::uint8_t* jump_bytes() const noexcept { return jump_; }
 
@@ -147,11 +146,11 @@ class Tracepoint {
   std::uint8_t original_[8] = {};
   std::uint8_t jump_[5] = {};
   std::uintptr_t entry_ = 0;
-  std::uint8_t* body_ = nullptr;     // toggle slot at body_[0]
-  std::uint8_t toggle_on_[5] = {};   // jmp to the probe block
-  std::uint8_t toggle_off_[5] = {};  // jmp to the first copied instruction
+  std::uint8_t* body_ = nullptr;        // toggle slot at body_[0]
+  std::uint8_t toggle_on_[5] = {};      // jmp to the probe block
+  std::uint8_t toggle_off_[5] = {};     // jmp to the first copied instruction
   std::uintptr_t redirect_to_[5] = {};  // trap redirect target of each replaced boundary
-  std::uint8_t span_ = 5;  // bytes of code written: 5 (jump) or 1 (trap mode)
+  std::uint8_t span_ = 5;               // bytes of code written: 5 (jump) or 1 (trap mode)
   bool installed_ = false;
 
   Status check_install() const noexcept;
