@@ -25,5 +25,6 @@ void register_sweep(CLI::App& app);
 void register_calibrate(CLI::App& app);
 void register_bench(CLI::App& app);
 void register_plot(CLI::App& app);
+void register_trace(CLI::App& app);
 
 }  // namespace crossmod::harness

@@ -24,6 +24,7 @@ int main(int argc, char** argv) {
   crossmod::harness::register_calibrate(app);
   crossmod::harness::register_bench(app);
   crossmod::harness::register_plot(app);
+  crossmod::harness::register_trace(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
