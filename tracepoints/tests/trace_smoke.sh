@@ -1,9 +1,10 @@
 #!/bin/sh
 # Smoke test of crossmod-trace on Debian's sqlite3 (skipped, exit 77, when absent): the
 # program's stdout and exit status are unchanged, the table goes to --out, and known
-# calls are counted. Usage: trace_smoke.sh BUILD_DIR_OF_crossmod-trace
+# calls are counted. Usage: trace_smoke.sh TRACER [ARGS...], e.g. build/tracepoints/
+# crossmod-trace, or build/crossmod trace.
 set -eu
-T="$1/crossmod-trace"
+[ -x "$1" ] || { echo "tracer $1 not built"; exit 1; }
 command -v sqlite3 >/dev/null 2>&1 || exit 77
 dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
@@ -16,7 +17,7 @@ SELECT nosuchcolumn FROM t;
 SQL
 set +e
 sqlite3 :memory: < "$dir/w.sql" > "$dir/plain.out" 2> "$dir/plain.err"; plain_rc=$?
-"$T" --functions 'sqlite3_*' --out "$dir/table" -- sqlite3 :memory: < "$dir/w.sql" \
+"$@" --functions 'sqlite3_*' --out "$dir/table" -- sqlite3 :memory: < "$dir/w.sql" \
   > "$dir/traced.out" 2> "$dir/traced.err"; traced_rc=$?
 set -e
 [ "$plain_rc" -ne 0 ] || { echo "workload should fail (exit status check)"; exit 1; }
