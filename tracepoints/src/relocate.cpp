@@ -80,7 +80,11 @@ Kind classify(const Decoded& d) noexcept {
     if (d.ins.raw.disp.size == 32) return Kind::rip_mem;
     return Kind::unsupported;
   }
-  if (d.ins.operand_width != 64) return Kind::unsupported;  // 66-prefixed branch: IP16
+  // A 66-prefixed near branch is rel16 with IP truncated on AMD but rel32 on Intel (the
+  // prefix is ignored there; SDM Vol 2A "JMP", APM Vol 3 "JMP (Near)"): its length and
+  // target depend on the vendor, so it is never relocated.
+  if (d.ins.operand_width != 64 || (d.ins.attributes & ZYDIS_ATTRIB_HAS_OPERANDSIZE) != 0)
+    return Kind::unsupported;
   switch (d.ins.mnemonic) {
     case ZYDIS_MNEMONIC_JMP:
       return Kind::jmp;

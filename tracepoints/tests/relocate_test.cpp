@@ -188,5 +188,53 @@ TEST(Relocate, CallPushesOriginalReturnAddress) {
   EXPECT_EQ(rel32_at(r.out + 16), 0x10105 - 0x20014);
 }
 
+TEST(Relocate, RipRelativeWithTrailingImmediate) {
+  // cmp dword [rip+0x20], 7 (83 /7 disp32 imm8): the displacement is relative to the end
+  // of the whole instruction, immediate included.
+  const Bytes f = {0x83, 0x3D, 0x20, 0x00, 0x00, 0x00, 0x07, 0xC3};
+  Reloc r;
+  ASSERT_EQ(reloc(f, 0x10000, 0x30000, &r), Status::ok);
+  EXPECT_EQ(rel32_at(r.out + 2), 0x10027 - 0x30007);
+  EXPECT_EQ(r.out[6], 0x07);
+}
+
+TEST(Relocate, TailJumpStubAndFarTargets) {
+  // jmp rel32 alone is a whole 5-byte function (a tail-call stub): accepted.
+  const Bytes f = {0xE9, 0x00, 0x10, 0x00, 0x00};
+  Reloc r;
+  ASSERT_EQ(reloc(f, 0x10000, 0x20000, &r), Status::ok);
+  EXPECT_EQ(r.out[0], 0xE9);
+  EXPECT_EQ(rel32_at(r.out + 1), 0x11005 - 0x20005);
+  // The same 3 GiB away: jmp [rip+0]; abs64.
+  ASSERT_EQ(reloc(f, 0x10000, 0x10000 + (std::uintptr_t{3} << 30), &r), Status::ok);
+  EXPECT_EQ(r.out[0], 0xFF);
+  EXPECT_EQ(r.out[1], 0x25);
+  std::uint64_t abs;
+  std::memcpy(&abs, r.out + 6, 8);
+  EXPECT_EQ(abs, 0x11005u);
+  // A far call keeps the original return address and jumps through an absolute literal.
+  const Bytes c = {0xE8, 0x00, 0x01, 0x00, 0x00, 0xC3};
+  ASSERT_EQ(reloc(c, 0x10000, 0x10000 + (std::uintptr_t{3} << 30), &r), Status::ok);
+  std::memcpy(&abs, r.out + 3, 8);
+  EXPECT_EQ(abs, 0x10005u);
+  EXPECT_EQ(r.out[15], 0xFF);
+  EXPECT_EQ(r.out[16], 0x25);
+  std::memcpy(&abs, r.out + 21, 8);
+  EXPECT_EQ(abs, 0x10105u);
+}
+
+TEST(Analyze, MoreRefusals) {
+  Analysis a;
+  // xbegin rel32 (C7 F8): transactional, its abort address cannot move.
+  const Bytes xbegin = {0xC7, 0xF8, 0x10, 0x00, 0x00, 0x00, 0xC3};
+  EXPECT_EQ(analyze(xbegin.data(), xbegin.size(), 0x1000, &a), Status::unsupported_instruction);
+  // 66-prefixed jmp rel16: truncates RIP to 16 bits.
+  const Bytes jmp16 = {0x66, 0xE9, 0x10, 0x00, 0x90, 0x90, 0xC3};
+  EXPECT_EQ(analyze(jmp16.data(), jmp16.size(), 0x1000, &a), Status::unsupported_instruction);
+  // jmp rel8 as the first instruction: the function ends after 2 bytes.
+  const Bytes jmp8 = {0xEB, 0x10, 0x90, 0x90, 0x90, 0x90, 0xC3};
+  EXPECT_EQ(analyze(jmp8.data(), jmp8.size(), 0x1000, &a), Status::too_short);
+}
+
 }  // namespace
 }  // namespace crossmod::tp
