@@ -41,7 +41,9 @@ Stats stats() noexcept;
 // Concurrency: redirect_set/redirect_clear are thread-safe (lock-free CAS) and
 // async-signal-safe; the caller must keep `to` executable for as long as any thread may
 // still trap at `from` or run the code at `to` (tracepoints never free trampolines).
-// Redirect sites are consulted AFTER wordpatch's locked sites.
+// Redirect sites are consulted AFTER wordpatch's locked sites. Order: redirect_set()
+// before writing the int3 (it ends with a full barrier), restore the byte before
+// redirect_clear(). The table is 1.5 MiB of zero-initialised static storage.
 inline constexpr std::size_t kRedirectSlots = std::size_t{1} << 16;
 
 // Registers or retargets `from` -> `to` (both non-null): ok, bad_address or table_full.
