@@ -4,6 +4,7 @@
 // Thread safety: install() is thread-safe and idempotent; the handler and every site_*
 // function are async-signal-safe (lock-free atomics on a static table, no allocation,
 // errno saved and restored). The table holds 16384 distinct sites per process.
+// A separate table holds redirect sites (tracepoints' embedded int3s, trap.hpp).
 #include "crossmod/trap.hpp"
 
 #include <sched.h>
@@ -62,6 +63,71 @@ constexpr auto kUnlocked = static_cast<std::uint64_t>(detail::SiteState::unlocke
 constexpr std::uint64_t kStateMask = 3;
 constexpr std::uint64_t kGenerationStep = 4;
 inline std::uint64_t state_of(std::uint64_t word) noexcept { return word & kStateMask; }
+
+// ---- redirect sites (trap.hpp "Redirect sites") -----------------------------------------
+// Same scheme as the site table: open addressing, linear probing, addresses never removed,
+// so a probe stops at the first empty slot. `to` is published with release after `from`
+// is claimed; the handler reads it with acquire, so it sees a complete target.
+//
+// `changes` counts every set and clear of the slot. A handler that sees no target and an
+// int3 still in place must know whether the site is simply foreign or was re-registered
+// meanwhile: between its read of `to` and its read of the byte, the owner may have removed
+// and reinstalled the tracepoint (observed: the install/remove stress died of a chained
+// SIGTRAP about once in six runs before this counter existed). Stores happen in program
+// order on x86 (SDM Vol 3A 9.2.2) and set_redirect increments before the owner writes its
+// int3, so a handler that reads that int3 also reads the new count and looks again.
+struct RedirectSlot {
+  std::atomic<std::uintptr_t> from{0};
+  std::atomic<std::uintptr_t> to{0};
+  std::atomic<std::uint64_t> changes{0};
+};
+inline constexpr std::size_t kRedirectBits = 16;
+static_assert((std::size_t{1} << kRedirectBits) == trap::kRedirectSlots);
+RedirectSlot g_redirects[trap::kRedirectSlots];
+std::atomic<std::uint64_t> g_redirected{0};
+std::atomic<std::uint64_t> g_reexecuted{0};
+
+inline std::size_t redirect_hash(std::uintptr_t a) noexcept {
+  return static_cast<std::size_t>((a * 0x9E3779B97F4A7C15ull) >> (64 - kRedirectBits));
+}
+
+// Slot holding `a` (claiming an empty one when `claim`), or nullptr. Async-signal-safe.
+RedirectSlot* find_redirect(std::uintptr_t a, bool claim) noexcept {
+  const std::size_t h = redirect_hash(a);
+  for (std::size_t i = 0; i < trap::kRedirectSlots; ++i) {
+    RedirectSlot& slot = g_redirects[(h + i) & (trap::kRedirectSlots - 1)];
+    std::uintptr_t cur = slot.from.load(std::memory_order_acquire);
+    if (cur == 0) {
+      if (!claim) return nullptr;
+      if (slot.from.compare_exchange_strong(cur, a, std::memory_order_acq_rel)) return &slot;
+    }
+    if (cur == a) return &slot;
+  }
+  return nullptr;
+}
+
+// True when the trap at `pc` was a redirect site and `uc` now resumes where it must.
+bool try_redirect(std::uintptr_t pc, ucontext_t* uc) noexcept {
+  RedirectSlot* slot = find_redirect(pc, false);
+  if (slot == nullptr) return false;
+  for (;;) {
+    const std::uint64_t before = slot->changes.load(std::memory_order_acquire);
+    const std::uintptr_t to = slot->to.load(std::memory_order_acquire);
+    if (to != 0) {
+      uc->uc_mcontext.gregs[REG_RIP] = static_cast<greg_t>(to);
+      g_redirected.fetch_add(1, std::memory_order_relaxed);
+      return true;
+    }
+    // Cleared: the original byte is back (the int3 was fetched before it was restored),
+    // or someone else owns an int3 here now, or the site was re-registered meanwhile.
+    if (*reinterpret_cast<volatile const std::uint8_t*>(pc) != x86::kInt3) {
+      uc->uc_mcontext.gregs[REG_RIP] = static_cast<greg_t>(pc);
+      g_reexecuted.fetch_add(1, std::memory_order_relaxed);
+      return true;
+    }
+    if (slot->changes.load(std::memory_order_acquire) == before) return false;
+  }
+}
 
 // ---- handler state ----------------------------------------------------------------------
 std::atomic<std::uint64_t> g_locked_hits{0};
@@ -144,6 +210,11 @@ void on_sigtrap(int sig, siginfo_t* info, void* ctx) {
       }
     }
   }
+  if (kernel_trap && uc != nullptr &&
+      try_redirect(static_cast<std::uintptr_t>(uc->uc_mcontext.gregs[REG_RIP]) - 1, uc)) {
+    errno = saved_errno;
+    return;
+  }
   g_chained.fetch_add(1, std::memory_order_relaxed);
   chain(sig, info, ctx);
   errno = saved_errno;
@@ -188,6 +259,35 @@ Stats stats() noexcept {
   return {g_locked_hits.load(std::memory_order_relaxed),
           g_late_hits.load(std::memory_order_relaxed),
           g_chained.load(std::memory_order_relaxed)};
+}
+
+Status redirect_set(std::uintptr_t from, std::uintptr_t to) noexcept {
+  if (from == 0 || to == 0) return Status::bad_address;
+  RedirectSlot* slot = find_redirect(from, true);
+  if (slot == nullptr) return Status::table_full;
+  slot->to.store(to, std::memory_order_release);
+  // Locked RMW: a full barrier, so the caller's int3 store that follows cannot become
+  // visible before the new count (pairs with the acquire loads in try_redirect).
+  slot->changes.fetch_add(1, std::memory_order_seq_cst);
+  return Status::ok;
+}
+
+Status redirect_clear(std::uintptr_t from) noexcept {
+  RedirectSlot* slot = find_redirect(from, false);
+  if (slot == nullptr) return Status::not_found;
+  slot->to.store(0, std::memory_order_release);
+  slot->changes.fetch_add(1, std::memory_order_seq_cst);
+  return Status::ok;
+}
+
+std::uintptr_t redirect_target(std::uintptr_t from) noexcept {
+  const RedirectSlot* slot = find_redirect(from, false);
+  return slot == nullptr ? 0 : slot->to.load(std::memory_order_acquire);
+}
+
+RedirectStats redirect_stats() noexcept {
+  return {g_redirected.load(std::memory_order_relaxed),
+          g_reexecuted.load(std::memory_order_relaxed)};
 }
 
 }  // namespace trap

@@ -27,5 +27,6 @@ void register_soak(CLI::App& app);
 void register_bench(CLI::App& app);
 void register_plot(CLI::App& app);
 void register_crosscheck(CLI::App& app);
+void register_trace(CLI::App& app);
 
 }  // namespace crossmod::harness

@@ -5,6 +5,7 @@
 // Thread safety: install() is thread-safe and idempotent. The handler is async-signal-
 // safe: lock-free atomics only, errno saved and restored.
 #pragma once
+#include <cstddef>
 #include <cstdint>
 #include <system_error>
 
@@ -26,5 +27,38 @@ struct Stats {
   std::uint64_t chained;      // any other trap, passed to the previous handler
 };
 Stats stats() noexcept;
+
+// ---- Redirect sites (tracepoints: "jump with embedded int3") ----------------------------
+// A third kind of site, separate from wordpatch's locked sites: an int3 at `from` sends
+// the trapping thread to `to` (RIP = to) instead of re-executing `from`. The tracepoints
+// library registers one per replaced instruction boundary, `to` being that instruction's
+// out-of-line copy, so a thread that was about to execute a replaced instruction (it was
+// preempted there, or a branch lands there) runs the copy and continues after it.
+//
+// Storage is a static open-addressed table of kRedirectSlots entries; an address, once
+// registered, keeps its slot for the life of the process (a late trap after removal still
+// finds it). The handler's lookup is lock-free and allocation-free.
+// Concurrency: redirect_set/redirect_clear are thread-safe (lock-free CAS) and
+// async-signal-safe; the caller must keep `to` executable for as long as any thread may
+// still trap at `from` or run the code at `to` (tracepoints never free trampolines).
+// Redirect sites are consulted AFTER wordpatch's locked sites. Order: redirect_set()
+// before writing the int3 (it ends with a full barrier), restore the byte before
+// redirect_clear(). The table is 1.5 MiB of zero-initialised static storage.
+inline constexpr std::size_t kRedirectSlots = std::size_t{1} << 16;
+
+// Registers or retargets `from` -> `to` (both non-null): ok, bad_address or table_full.
+Status redirect_set(std::uintptr_t from, std::uintptr_t to) noexcept;
+// Disables the redirect at `from` (the slot keeps the address; a later trap there whose
+// byte is no longer int3 re-executes `from`, one that still sees int3 is chained).
+// not_found if `from` was never registered.
+Status redirect_clear(std::uintptr_t from) noexcept;
+// The current target of `from`, 0 when absent or cleared.
+std::uintptr_t redirect_target(std::uintptr_t from) noexcept;
+
+struct RedirectStats {
+  std::uint64_t redirected;  // int3 at a redirect site: RIP set to its target
+  std::uint64_t reexecuted;  // cleared site whose int3 is gone: re-executed in place
+};
+RedirectStats redirect_stats() noexcept;
 
 }  // namespace crossmod::trap

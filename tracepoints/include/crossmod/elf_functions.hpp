@@ -1,0 +1,36 @@
+// Enumeration of the functions of every object loaded in this process, from each file's
+// .symtab when present and .dynsym otherwise (the ELF provider for tracepoints).
+// Thread safety: thread-safe; allocates and reads files: never call it from a signal
+// handler or an invocation path.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace crossmod::tp {
+
+struct ElfFunction {
+  std::string name;
+  std::uintptr_t addr = 0;   // runtime address (load bias applied)
+  std::size_t size = 0;      // st_size: bytes to the function's end
+  std::string object;        // path of the file it came from
+  bool from_symtab = false;  // false: .dynsym
+};
+
+struct ElfObjectInfo {
+  std::string path;
+  std::uintptr_t text_begin = 0, text_end = 0;  // executable PT_LOAD span (page-rounded)
+  bool has_symtab = false;
+  std::size_t functions = 0;
+};
+
+// Appends the defined STT_FUNC symbols with a non-zero size that lie inside an executable
+// PT_LOAD segment of their object, one entry per address (aliases collapse into the first
+// name seen). Objects without a file (vdso) are skipped. Returns false only if
+// dl_iterate_phdr found nothing; unreadable files are skipped and reported in `objects`
+// with functions == 0.
+bool enumerate_functions(std::vector<ElfFunction>* out,
+                         std::vector<ElfObjectInfo>* objects = nullptr);
+
+}  // namespace crossmod::tp

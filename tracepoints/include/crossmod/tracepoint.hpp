@@ -1,0 +1,162 @@
+// Tracepoints on unmodified code with a "jump with embedded int3" (Harper-Cyr, Dagenais,
+// Bushehri, SP&E 49(12), 2019): the first whole instructions covering >= 5 bytes at an
+// address are replaced by `jmp rel32` to an out-of-line trampoline whose address is chosen
+// so that the rel32 bytes hold int3 (0xCC) at every replaced instruction boundary. A thread
+// about to execute a replaced instruction traps there and the engine's SIGTRAP handler
+// (trap::redirect_set) sends it to the out-of-line copy of that instruction.
+//
+// Thread safety: prepare/install/remove/enable/disable of ONE Tracepoint must not run
+// concurrently with each other (the caller serialises them); different tracepoints may be
+// handled from different threads. Any thread may execute the traced code at any time.
+// Nothing here throws. The invocation path (jump, trampoline, probe thunk, handler call)
+// neither allocates nor locks. Trampolines are never freed: a thread may still be inside
+// one after remove(), and a late trap may still be redirected to it.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <system_error>
+
+#include "crossmod/wait.hpp"
+
+namespace crossmod::tp {
+
+enum class [[nodiscard]] Status : std::uint8_t{
+    ok = 0,
+    too_short,                // the code ends (function size, ret, jmp, ud2, int3) before 5 bytes
+    decode_error,             // Zydis cannot decode an instruction in the replaced range
+    unsupported_instruction,  // in the replaced range: loop/jrcxz/xbegin, 16-bit branch, int3
+    branch_into_range,        // a branch in the function's own code targets the replaced range
+                              // at a byte that is not a replaced instruction boundary
+    out_of_range,             // a relocated RIP-relative operand or branch cannot reach its target
+    no_trampoline_space,      // no free page within +-2 GiB has an address with the required
+                              // 0xCC bytes in the jump's rel32
+    not_writable,             // the replaced bytes are not in a code_memory writable range
+    bad_bytes,                // the code no longer holds the bytes seen at prepare()
+    bad_state,                // install while installed, remove while not installed, prepare
+                              // at an address another installed tracepoint owns, ...
+    table_full,               // the trap handler's redirect table is full
+    os_error,                 // a system call failed (mmap, membarrier); see the error_code
+};
+const char* to_string(Status s) noexcept;
+
+// Result of decoding the start of a function (relocate.cpp; no side effects).
+struct Analysis {
+  std::uint8_t replaced_len = 0;  // bytes of whole instructions covered, >= 5
+  std::uint8_t count = 0;         // number of replaced instructions (1..5)
+  std::uint8_t offset[5] = {};    // start offset of each replaced instruction
+  std::uint8_t length[5] = {};
+  // Bit b (1..4) set: an instruction starts at offset b, so rel32 byte b-1 must be 0xCC.
+  std::uint8_t boundary_mask = 0;
+  // Branches found in the rest of the function that land on a replaced boundary other
+  // than offset 0: each execution of them traps and is redirected (slow path, correct).
+  std::uint32_t inward_branches = 0;
+  // True when the scan of the rest of the function stopped early at undecodable bytes
+  // (data in code): a branch beyond that point was not seen.
+  bool scan_incomplete = false;
+};
+
+// Decodes the instructions at `code` (which is at runtime address `addr`); `size` is the
+// number of bytes from addr to the end of the function (symbol size), all of which are
+// scanned for branches into the replaced range. Indirect branches (jump tables) cannot be
+// seen; their targets are unknown.
+Status analyze(const std::uint8_t* code, std::size_t size, std::uintptr_t addr,
+               Analysis* out) noexcept;
+
+// Memory used by all trampolines of the process (entry slots must sit at constrained
+// addresses, so entry pages are sparsely used: that is the technique's known cost).
+struct PoolStats {
+  std::size_t entry_pages = 0;       // pages mapped for constrained entry slots
+  std::size_t entry_bytes_used = 0;  // bytes of those pages holding entry slots
+  std::size_t body_bytes_mapped = 0;
+  std::size_t body_bytes_used = 0;
+  std::size_t trampolines = 0;
+  std::size_t mmap_attempts = 0;  // mmap calls made while searching for entry pages
+};
+PoolStats pool_stats() noexcept;
+
+// The probe: called on every execution of the traced instruction while the tracepoint is
+// installed and enabled, with all general-purpose registers, flags and xmm0-15 preserved
+// around it and the direction flag cleared. It runs on the traced thread's stack (128 bytes
+// below its red zone) and must be async-signal-safe if the traced code may run in a handler.
+using Handler = void (*)(void* user) noexcept;
+
+class Tracepoint {
+ public:
+  Tracepoint() noexcept = default;
+  // Does NOT remove: the caller removes before destruction if it wants the original code
+  // back. The trampoline stays allocated either way.
+  ~Tracepoint() = default;
+  Tracepoint(const Tracepoint&) = delete;
+  Tracepoint& operator=(const Tracepoint&) = delete;
+  Tracepoint(Tracepoint&&) noexcept = default;
+  Tracepoint& operator=(Tracepoint&&) noexcept = default;
+
+  // Decodes and relocates the code at addr (size bytes to the function's end) into a
+  // trampoline whose probe calls handler(user). Installs the trap handler. Writes nothing
+  // into the traced code. The probe starts enabled. bad_state if another installed
+  // tracepoint owns addr.
+  //
+  // With trap_fallback, code the jump cannot replace gets a trap-mode tracepoint instead:
+  // only an int3 on byte 0, redirected to the same trampoline (one signal per hit, so
+  // ~100x slower per call, but any instruction the relocator handles qualifies). Used for
+  // too_short and branch_into_range, and for no_trampoline_space (e.g. code of a non-PIE
+  // executable below 2 GiB, where a boundary at offset 4 needs a rel32 of -0x33xxxxxx).
+  static Status prepare(void* addr, std::size_t size, Handler handler, void* user, Tracepoint* out,
+                        std::error_code* ec = nullptr, bool trap_fallback = false) noexcept;
+
+  // Writes the jump. The replaced bytes must be in a code_memory writable range.
+  //   0. register the trap redirects of every boundary (table_full if no slot);
+  //   1. int3 on every replaced boundary (byte 0 and the 0xCC rel32 bytes, which already
+  //      hold their final value); the redirects were registered at prepare();
+  //   2. wait (no core may still run an old instruction fetched before step 1);
+  //   3. write the other rel32 bytes, which no thread can reach: every way in is an int3;
+  //   4. wait;
+  //   5. write the jmp opcode over the int3 at byte 0.
+  // `wait` is the engine's WaitPolicy: Tmax ticks or membarrier SYNC_CORE.
+  Status install(const WaitPolicy& wait) noexcept;
+  // Puts the original bytes back: the reverse (int3 at byte 0, wait, original non-boundary
+  // bytes, wait, original boundary bytes), then clears the redirects. A thread that
+  // trapped before the clear runs the (immortal) trampoline; one that traps after it finds
+  // the original byte back and re-executes in place (trap::redirect_clear).
+  Status remove(const WaitPolicy& wait) noexcept;
+  // The same protocols for many tracepoints with the waits shared (two per call instead
+  // of two per tracepoint). Every tracepoint is checked first; on a refusal nothing is
+  // written and the first refusal is returned. `wait` is checked up front too
+  // (sync_core not available: os_error), so no protocol stops halfway.
+  static Status install_all(std::span<Tracepoint> tps, const WaitPolicy& wait) noexcept;
+  static Status remove_all(std::span<Tracepoint> tps, const WaitPolicy& wait) noexcept;
+  // Probe on/off while installed or not: one locked store of the trampoline's first
+  // instruction (inside one cache line), no wait needed: both states are complete `jmp`s.
+  Status enable() noexcept;
+  Status disable() noexcept;
+
+  bool prepared() const noexcept { return body_ != nullptr; }
+  bool is_installed() const noexcept { return installed_; }
+  bool trap_mode() const noexcept { return span_ == 1; }
+  std::uintptr_t address() const noexcept { return addr_; }
+  const Analysis& analysis() const noexcept { return analysis_; }
+  std::uintptr_t entry() const noexcept { return entry_; }  // the jump's target (0: trap mode)
+  std::uintptr_t body() const noexcept { return reinterpret_cast<std::uintptr_t>(body_); }
+  const std::uint8_t* jump_bytes() const noexcept { return jump_; }
+
+ private:
+  std::uintptr_t addr_ = 0;
+  Analysis analysis_{};
+  std::uint8_t original_[8] = {};
+  std::uint8_t jump_[5] = {};
+  std::uintptr_t entry_ = 0;
+  std::uint8_t* body_ = nullptr;        // toggle slot at body_[0]
+  std::uint8_t toggle_on_[5] = {};      // jmp to the probe block
+  std::uint8_t toggle_off_[5] = {};     // jmp to the first copied instruction
+  std::uintptr_t redirect_to_[5] = {};  // trap redirect target of each replaced boundary
+  std::uint8_t span_ = 5;               // bytes of code written: 5 (jump) or 1 (trap mode)
+  bool installed_ = false;
+
+  Status check_install() const noexcept;
+  Status check_remove() const noexcept;
+  Status set_redirects() noexcept;
+  void clear_redirects() noexcept;
+};
+
+}  // namespace crossmod::tp

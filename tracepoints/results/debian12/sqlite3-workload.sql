@@ -1,0 +1,10 @@
+CREATE TABLE t(a INTEGER PRIMARY KEY, b TEXT, c REAL);
+WITH RECURSIVE n(x) AS (SELECT 1 UNION ALL SELECT x+1 FROM n WHERE x < 20000)
+INSERT INTO t SELECT x, 'row' || x, x * 1.5 FROM n;
+CREATE INDEX tb ON t(b);
+SELECT count(*), sum(c), max(length(b)) FROM t;
+SELECT b FROM t WHERE a % 5000 = 0 ORDER BY b;
+UPDATE t SET c = c * 2 WHERE a % 3 = 0;
+SELECT sum(c) FROM t;
+DELETE FROM t WHERE a > 15000;
+SELECT count(*) FROM t;

@@ -1,0 +1,143 @@
+// ELF symbol enumeration for the tracepoint provider: dl_iterate_phdr for the loaded
+// objects and their load bias, then each object's file mapped read-only and its .symtab
+// (or .dynsym) walked. Thread safety: reentrant; allocates; not async-signal-safe.
+#include "crossmod/elf_functions.hpp"
+
+#include <elf.h>
+#include <fcntl.h>
+#include <link.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <climits>
+#include <cstring>
+#include <unordered_set>
+
+namespace crossmod::tp {
+
+namespace {
+
+struct Loaded {
+  std::string path;
+  std::uintptr_t bias;
+  std::vector<std::pair<std::uintptr_t, std::uintptr_t>> exec;  // runtime [begin, end)
+};
+
+int collect(dl_phdr_info* info, std::size_t, void* data) {
+  auto* v = static_cast<std::vector<Loaded>*>(data);
+  Loaded l;
+  l.bias = info->dlpi_addr;
+  if (info->dlpi_name != nullptr && info->dlpi_name[0] != '\0') {
+    l.path = info->dlpi_name;
+  } else if (v->empty()) {
+    char buf[PATH_MAX];
+    const ssize_t n = ::readlink("/proc/self/exe", buf, sizeof buf - 1);
+    if (n > 0) l.path.assign(buf, static_cast<std::size_t>(n));
+  }
+  for (int i = 0; i < info->dlpi_phnum; ++i) {
+    const ElfW(Phdr)& ph = info->dlpi_phdr[i];
+    if (ph.p_type == PT_LOAD && (ph.p_flags & PF_X) != 0)
+      l.exec.emplace_back(l.bias + ph.p_vaddr, l.bias + ph.p_vaddr + ph.p_memsz);
+  }
+  v->push_back(std::move(l));
+  return 0;
+}
+
+// Walks one file's symbol table; false if the file cannot be read as ELF64.
+bool read_symbols(const Loaded& l, std::vector<ElfFunction>* out, bool* has_symtab,
+                  std::size_t* count) {
+  const int fd = ::open(l.path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  struct stat st;
+  if (::fstat(fd, &st) != 0 || st.st_size < static_cast<off_t>(sizeof(Elf64_Ehdr))) {
+    ::close(fd);
+    return false;
+  }
+  const auto size = static_cast<std::size_t>(st.st_size);
+  void* m = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0);
+  ::close(fd);
+  if (m == MAP_FAILED) return false;
+  const auto* base = static_cast<const std::uint8_t*>(m);
+  bool ok = false;
+  const auto* eh = reinterpret_cast<const Elf64_Ehdr*>(base);
+  const auto in_file = [&](std::size_t off, std::size_t len) {
+    return off <= size && len <= size - off;
+  };
+  if (std::memcmp(eh->e_ident, ELFMAG, SELFMAG) == 0 && eh->e_ident[EI_CLASS] == ELFCLASS64 &&
+      eh->e_shentsize == sizeof(Elf64_Shdr) &&
+      in_file(eh->e_shoff, std::size_t{eh->e_shnum} * sizeof(Elf64_Shdr))) {
+    const auto* sh = reinterpret_cast<const Elf64_Shdr*>(base + eh->e_shoff);
+    const Elf64_Shdr* table = nullptr;
+    for (int want : {SHT_SYMTAB, SHT_DYNSYM}) {
+      for (unsigned i = 0; i < eh->e_shnum && table == nullptr; ++i)
+        if (sh[i].sh_type == static_cast<unsigned>(want) && sh[i].sh_link < eh->e_shnum)
+          table = &sh[i];
+      if (table != nullptr) {
+        *has_symtab = want == SHT_SYMTAB;
+        break;
+      }
+    }
+    if (table != nullptr && in_file(table->sh_offset, table->sh_size)) {
+      const Elf64_Shdr& strs = sh[table->sh_link];
+      if (in_file(strs.sh_offset, strs.sh_size)) {
+        ok = true;
+        const auto* syms = reinterpret_cast<const Elf64_Sym*>(base + table->sh_offset);
+        const std::size_t n = table->sh_size / sizeof(Elf64_Sym);
+        const char* names = reinterpret_cast<const char*>(base + strs.sh_offset);
+        for (std::size_t i = 0; i < n; ++i) {
+          const Elf64_Sym& s = syms[i];
+          if (ELF64_ST_TYPE(s.st_info) != STT_FUNC || s.st_shndx == SHN_UNDEF || s.st_size == 0 ||
+              s.st_value == 0 || s.st_name >= strs.sh_size)
+            continue;
+          const std::uintptr_t a = l.bias + s.st_value;
+          const bool in_text = std::any_of(l.exec.begin(), l.exec.end(), [&](const auto& r) {
+            return a >= r.first && a + s.st_size <= r.second;
+          });
+          if (!in_text) continue;
+          const char* nm = names + s.st_name;
+          const std::size_t nlen = strnlen(nm, strs.sh_size - s.st_name);
+          ElfFunction f;
+          f.name.assign(nm, nlen);
+          f.addr = a;
+          f.size = s.st_size;
+          f.object = l.path;
+          f.from_symtab = *has_symtab;
+          out->push_back(std::move(f));
+          ++*count;
+        }
+      }
+    }
+  }
+  ::munmap(m, size);
+  return ok;
+}
+
+}  // namespace
+
+bool enumerate_functions(std::vector<ElfFunction>* out, std::vector<ElfObjectInfo>* objects) {
+  std::vector<Loaded> loaded;
+  dl_iterate_phdr(collect, &loaded);
+  if (loaded.empty()) return false;
+  std::unordered_set<std::uintptr_t> seen;
+  for (const Loaded& l : loaded) {
+    if (l.path.empty() || l.exec.empty()) continue;
+    std::vector<ElfFunction> fns;
+    ElfObjectInfo info;
+    info.path = l.path;
+    info.text_begin = l.exec.front().first;
+    info.text_end = l.exec.back().second;
+    std::size_t count = 0;
+    read_symbols(l, &fns, &info.has_symtab, &count);
+    for (ElfFunction& f : fns)
+      if (seen.insert(f.addr).second) {
+        out->push_back(std::move(f));
+        ++info.functions;
+      }
+    if (objects != nullptr) objects->push_back(std::move(info));
+  }
+  return true;
+}
+
+}  // namespace crossmod::tp

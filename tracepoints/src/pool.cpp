@@ -1,0 +1,347 @@
+// Trampoline pool: entry slots at constrained addresses and bump-allocated bodies.
+// Thread safety: one mutex around all state (install path only); pool_stats() copies
+// counters under it. Nothing is ever unmapped: threads may be inside any trampoline.
+//
+// Why entries and bodies are separate: the jump's rel32 must hold 0xCC at every replaced
+// boundary, which fixes up to four of its bytes; with byte 0 fixed only one address in
+// 256 qualifies, with byte 3 fixed the slot lies 816..832 MiB below the code. A 5-byte
+// entry (`jmp body`) at such an address keeps the constrained pages densely packable;
+// the body (copies, probe block) goes anywhere near the code.
+#include "pool.hpp"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <bitset>
+#include <cerrno>
+#include <cstdio>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "crossmod/code_memory.hpp"
+#include "encoding.hpp"
+
+namespace crossmod::tp {
+
+namespace detail {
+
+namespace {
+
+constexpr std::uintptr_t kPage = 4096;
+constexpr std::int64_t kTwoGiB = std::int64_t{1} << 31;
+constexpr std::uint64_t kNone = UINT64_MAX;
+constexpr std::uint64_t kSpan = std::uint64_t{1} << 32;      // size of the s domain
+constexpr std::uintptr_t kLowest = std::uintptr_t{1} << 20;  // above mmap_min_addr
+constexpr std::uintptr_t kUserTop = (std::uintptr_t{1} << 47) - kPage;
+constexpr std::size_t kArenaSize = std::size_t{64} << 10;
+constexpr std::size_t kEntryMax = enc::kJmpAbsLen;
+
+struct EntryPage {
+  std::uintptr_t base;
+  std::bitset<kPage> used;
+};
+
+struct Arena {
+  CodeBlock block;
+  std::size_t used = 0;
+};
+
+struct Pool {
+  std::mutex mu;
+  std::vector<EntryPage> pages;
+  std::vector<std::unique_ptr<Arena>> arenas;
+  PoolStats stats;
+};
+
+Pool& pool() {
+  static Pool* p = new Pool;  // never destroyed: trampolines outlive static destructors
+  return *p;
+}
+
+struct Interval {
+  std::uintptr_t begin, end;
+};
+
+// Mapped intervals of the process, sorted (allocates; install path only).
+std::vector<Interval> read_maps() {
+  std::vector<Interval> out;
+  FILE* f = std::fopen("/proc/self/maps", "re");
+  if (f == nullptr) return out;
+  unsigned long b = 0, e = 0;
+  char line[512];
+  while (std::fgets(line, sizeof line, f) != nullptr) {
+    if (std::sscanf(line, "%lx-%lx", &b, &e) == 2) out.push_back({b, e});
+  }
+  std::fclose(f);
+  std::sort(out.begin(), out.end(), [](auto x, auto y) { return x.begin < y.begin; });
+  return out;
+}
+
+// The mapping containing page p, or nullptr.
+const Interval* mapped_at(const std::vector<Interval>& maps, std::uintptr_t p) {
+  auto it = std::upper_bound(maps.begin(), maps.end(), p,
+                             [](std::uintptr_t v, const Interval& iv) { return v < iv.begin; });
+  if (it == maps.begin()) return nullptr;
+  --it;
+  return p < it->end ? &*it : nullptr;
+}
+
+bool slot_free(const EntryPage& pg, std::size_t off, std::size_t len) {
+  if (off + len > kPage) return false;
+  for (std::size_t i = off; i < off + len; ++i)
+    if (pg.used[i]) return false;
+  return true;
+}
+
+std::int64_t s_to_rel(std::uint64_t s) { return static_cast<std::int64_t>(s) - kTwoGiB; }
+std::uint64_t rel_to_s(std::int64_t rel) { return static_cast<std::uint64_t>(rel + kTwoGiB); }
+
+// Entry length needed at e to reach body (5 if rel32 reaches, else 14).
+std::size_t entry_len_for(std::uintptr_t e, std::uintptr_t body) {
+  return enc::fits_rel32(enc::rel_from(e + enc::kRel32JmpLen, body)) ? enc::kRel32JmpLen
+                                                                     : enc::kJmpAbsLen;
+}
+
+// First free slot in an existing page whose rel satisfies c.
+bool find_in_page(const EntryPage& pg, std::uintptr_t next_ip, const RelConstraint& c,
+                  std::uintptr_t body, std::uintptr_t* e_out) {
+  const std::int64_t lo_rel = static_cast<std::int64_t>(pg.base - next_ip);
+  const std::int64_t hi_rel = lo_rel + static_cast<std::int64_t>(kPage) - 1;
+  if (hi_rel < -kTwoGiB || lo_rel >= kTwoGiB) return false;
+  std::uint64_t s = rel_to_s(std::max(lo_rel, -kTwoGiB));
+  const std::uint64_t s_hi = rel_to_s(std::min(hi_rel, kTwoGiB - 1));
+  for (;;) {
+    s = next_ge(s, c.mask, c.value);
+    if (s == kNone || s > s_hi) return false;
+    const std::uintptr_t e = next_ip + static_cast<std::uintptr_t>(s_to_rel(s));
+    if (slot_free(pg, e - pg.base, entry_len_for(e, body))) {
+      *e_out = e;
+      return true;
+    }
+    ++s;
+  }
+}
+
+bool reachable_block(const CodeBlock& b, std::uintptr_t addr) {
+  const auto lo = reinterpret_cast<std::uintptr_t>(b.data());
+  const std::uintptr_t hi = lo + b.size();
+  const std::uintptr_t reach = (std::uintptr_t{1} << 31) - (std::uintptr_t{64} << 10);
+  return (lo > addr ? lo - addr : addr - lo) < reach && (hi > addr ? hi - addr : addr - hi) < reach;
+}
+
+}  // namespace
+
+RelConstraint RelConstraint::from_boundaries(std::uint8_t boundary_mask) noexcept {
+  RelConstraint c;
+  for (unsigned b = 1; b <= 4; ++b) {
+    if ((boundary_mask & (1u << b)) == 0) continue;
+    const unsigned shift = 8 * (b - 1);
+    // Byte 3 of s is byte 3 of rel with its sign bit flipped (s = rel + 2^31).
+    const std::uint32_t v = b == 4 ? (enc::kInt3 ^ 0x80u) : enc::kInt3;
+    c.mask |= 0xFFu << shift;
+    c.value |= v << shift;
+  }
+  return c;
+}
+
+bool RelConstraint::ok(std::int64_t rel) const noexcept {
+  if (rel < -kTwoGiB || rel >= kTwoGiB) return false;
+  return (rel_to_s(rel) & mask) == value;
+}
+
+std::uint64_t next_ge(std::uint64_t s, std::uint32_t mask, std::uint32_t value) noexcept {
+  if (s >= kSpan) return kNone;
+  if ((s & mask) == value) return s;
+  // Highest fixed byte where s differs from the constraint.
+  int p = 3;
+  while (((s ^ value) & mask & (0xFFull << (8 * p))) == 0) --p;
+  const std::uint64_t low = (std::uint64_t{1} << (8 * (p + 1))) - 1;  // bytes 0..p
+  const std::uint64_t sp = (s >> (8 * p)) & 0xFF;
+  const std::uint64_t cp = (value >> (8 * p)) & 0xFF;
+  if (sp < cp) return (s & ~low) | (value & low);  // raise byte p; lowest fill below
+  // Byte p is above its required value: increment the free bits above p (carries ripple
+  // through fixed bytes, which are set to all-ones first), then fill bytes 0..p lowest.
+  std::uint64_t w = s | low | mask;
+  w += 1;
+  const std::uint64_t y = (w & ~low & ~static_cast<std::uint64_t>(mask)) | value;
+  return y >= kSpan ? kNone : y;
+}
+
+std::uint64_t prev_le(std::uint64_t s, std::uint32_t mask, std::uint32_t value) noexcept {
+  if (s >= kSpan) s = kSpan - 1;
+  // Complementing every bit reverses the order; the fixed bytes become ~value.
+  const std::uint64_t r = next_ge((kSpan - 1) - s, mask, ~value & mask);
+  return r == kNone ? kNone : (kSpan - 1) - r;
+}
+
+Status reserve(std::uintptr_t addr, std::uint8_t boundary_mask, std::size_t body_len,
+               bool want_entry, Reservation* out, std::error_code* ec) noexcept {
+  try {
+    Pool& P = pool();
+    std::lock_guard<std::mutex> lock(P.mu);
+    const RelConstraint c = RelConstraint::from_boundaries(boundary_mask);
+    const std::uintptr_t next_ip = addr + enc::kRel32JmpLen;
+    body_len = (body_len + 15) & ~std::size_t{15};
+
+    // 1. Body: bump-allocate from an arena within reach of addr.
+    Arena* arena = nullptr;
+    for (auto& a : P.arenas)
+      if (a->block.size() - a->used >= body_len && reachable_block(a->block, addr)) {
+        arena = a.get();
+        break;
+      }
+    if (arena == nullptr) {
+      auto a = std::make_unique<Arena>();
+      std::error_code e;
+      const crossmod::Status s =
+          CodeBlock::allocate(kArenaSize, reinterpret_cast<void*>(addr), &a->block, &e);
+      if (s == crossmod::Status::out_of_range) return Status::no_trampoline_space;
+      if (s != crossmod::Status::ok) {
+        if (ec != nullptr) *ec = e;
+        return Status::os_error;
+      }
+      std::memset(a->block.data(), enc::kInt3, a->block.size());
+      P.stats.body_bytes_mapped += a->block.size();
+      arena = a.get();
+      P.arenas.push_back(std::move(a));
+    }
+    std::uint8_t* body = arena->block.data() + arena->used;
+    const auto body_at = reinterpret_cast<std::uintptr_t>(body);
+
+    // 2. Entry: an existing page first, then new pages outward from addr, nearest first.
+    std::uintptr_t e = 0;
+    EntryPage* page = nullptr;
+    if (!want_entry) {
+      arena->used += body_len;
+      P.stats.body_bytes_used += body_len;
+      ++P.stats.trampolines;
+      *out = Reservation{0, 0, body};
+      return Status::ok;
+    }
+    for (auto& pg : P.pages)
+      if (find_in_page(pg, next_ip, c, body_at, &e)) {
+        page = &pg;
+        break;
+      }
+    if (page == nullptr) {
+      const std::vector<Interval> maps = read_maps();
+      // Two cursors in the s domain: up from rel 0 and down from rel -1.
+      std::uint64_t up = rel_to_s(0), down = rel_to_s(-1);
+      bool up_done = false, down_done = false;
+      while (page == nullptr && !(up_done && down_done)) {
+        std::uint64_t cu = up_done ? kNone : next_ge(up, c.mask, c.value);
+        std::uint64_t cd = down_done ? kNone : prev_le(down, c.mask, c.value);
+        if (cu == kNone) up_done = true;
+        if (cd == kNone) down_done = true;
+        if (cu == kNone && cd == kNone) break;
+        const bool take_up = cd == kNone || (cu != kNone && cu - rel_to_s(0) <= rel_to_s(-1) - cd);
+        const std::uint64_t s = take_up ? cu : cd;
+        const std::uintptr_t cand = next_ip + static_cast<std::uintptr_t>(s_to_rel(s));
+        const std::uintptr_t pbase = cand & ~(kPage - 1);
+        // Where to continue this cursor if the page is unusable.
+        auto skip_to = [&](std::uintptr_t lo_addr, std::uintptr_t hi_addr) {
+          if (take_up) {
+            const std::int64_t r = static_cast<std::int64_t>(hi_addr - next_ip);
+            if (r >= kTwoGiB)
+              up_done = true;
+            else
+              up = rel_to_s(r);
+          } else {
+            const std::int64_t r = static_cast<std::int64_t>(lo_addr - next_ip) - 1;
+            if (r < -kTwoGiB)
+              down_done = true;
+            else
+              down = rel_to_s(r);
+          }
+        };
+        if (pbase < kLowest || pbase >= kUserTop) {
+          if (take_up)
+            up_done = true;
+          else
+            down_done = true;
+          continue;
+        }
+        if (const Interval* iv = mapped_at(maps, pbase)) {
+          skip_to(iv->begin, iv->end);
+          continue;
+        }
+        // The slot must fit in the page (a 14-byte entry near the page end would not).
+        if (cand - pbase + entry_len_for(cand, body_at) > kPage) {
+          if (take_up)
+            up = s + 1;
+          else if (s == 0)
+            down_done = true;
+          else
+            down = s - 1;
+          continue;
+        }
+        ++P.stats.mmap_attempts;
+        void* m = ::mmap(reinterpret_cast<void*>(pbase), kPage, PROT_READ | PROT_WRITE | PROT_EXEC,
+                         MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0);
+        if (m == MAP_FAILED) {
+          if (errno != EEXIST && errno != ENOMEM && errno != EPERM) {
+            if (ec != nullptr) *ec = std::error_code(errno, std::generic_category());
+            return Status::os_error;
+          }
+          skip_to(pbase, pbase + kPage);
+          continue;
+        }
+        if (m != reinterpret_cast<void*>(pbase)) {  // kernel without FIXED_NOREPLACE
+          ::munmap(m, kPage);
+          skip_to(pbase, pbase + kPage);
+          continue;
+        }
+        std::memset(m, enc::kInt3, kPage);
+        P.pages.push_back(EntryPage{pbase, {}});
+        ++P.stats.entry_pages;
+        page = &P.pages.back();
+        e = cand;
+      }
+      if (page == nullptr) return Status::no_trampoline_space;
+    }
+
+    // 3. Commit: mark the slot, write `jmp body` into it, account.
+    const std::size_t elen = entry_len_for(e, body_at);
+    for (std::size_t i = 0; i < elen; ++i) page->used[e - page->base + i] = true;
+    enc::jmp_any(reinterpret_cast<std::uint8_t*>(e), e, body_at);
+    arena->used += body_len;
+    P.stats.entry_bytes_used += elen;
+    P.stats.body_bytes_used += body_len;
+    ++P.stats.trampolines;
+    out->entry = e;
+    out->entry_len = elen;
+    out->body = body;
+    static_assert(kEntryMax == 14);
+    return Status::ok;
+  } catch (...) {
+    return Status::os_error;  // std::bad_alloc from the page/arena vectors
+  }
+}
+
+void trim_body(std::uint8_t* body, std::size_t reserved, std::size_t used) noexcept {
+  Pool& P = pool();
+  std::lock_guard<std::mutex> lock(P.mu);
+  reserved = (reserved + 15) & ~std::size_t{15};
+  used = (used + 15) & ~std::size_t{15};
+  if (used >= reserved) return;
+  for (auto& a : P.arenas) {
+    if (a->block.data() + a->used == body + reserved) {
+      a->used -= reserved - used;
+      P.stats.body_bytes_used -= reserved - used;
+      return;
+    }
+  }
+}
+
+}  // namespace detail
+
+PoolStats pool_stats() noexcept {
+  detail::Pool& P = detail::pool();
+  std::lock_guard<std::mutex> lock(P.mu);
+  return P.stats;
+}
+
+}  // namespace crossmod::tp

@@ -1,0 +1,45 @@
+// The trampoline pool (pool.cpp): constrained entry slots and relocated bodies.
+// Thread safety: reserve() and pool_stats() take a mutex (install path only; never on an
+// invocation path). Memory is never returned: trampolines are immortal.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <system_error>
+
+#include "crossmod/tracepoint.hpp"
+
+namespace crossmod::tp::detail {
+
+// A rel32 (as the signed distance from the end of the 5-byte jump) with byte b-1 == 0xCC
+// for every bit b (1..4) of boundary_mask. In the domain s = rel + 2^31 (unsigned order =
+// signed order) the constraint is a fixed (mask, value) pair over the 4 bytes.
+struct RelConstraint {
+  std::uint32_t mask = 0;
+  std::uint32_t value = 0;
+  static RelConstraint from_boundaries(std::uint8_t boundary_mask) noexcept;
+  bool ok(std::int64_t rel) const noexcept;
+};
+// Smallest s' >= s with (s' & mask) == value, or UINT64_MAX; s in [0, 2^32).
+std::uint64_t next_ge(std::uint64_t s, std::uint32_t mask, std::uint32_t value) noexcept;
+// Largest s' <= s with (s' & mask) == value, or UINT64_MAX.
+std::uint64_t prev_le(std::uint64_t s, std::uint32_t mask, std::uint32_t value) noexcept;
+
+struct Reservation {
+  std::uintptr_t entry = 0;   // entry slot: the jump at addr targets it
+  std::size_t entry_len = 0;  // 5 (jmp rel32 to body) or 14 (jmp [rip]; abs64)
+  std::uint8_t* body = nullptr;
+};
+
+// Finds an entry slot reachable by a jmp rel32 ending at addr+5 whose rel32 satisfies the
+// boundary constraint, and `body_len` bytes of body within rel32 reach of addr (bodies
+// hold RIP-relative operands relocated from addr). The body is 16-byte aligned, so its
+// first 8 bytes lie in one cache line. The entry slot is written (jump to the body) before
+// return. With want_entry false only the body is reserved (trap-mode tracepoints).
+// no_trampoline_space or os_error.
+Status reserve(std::uintptr_t addr, std::uint8_t boundary_mask, std::size_t body_len,
+               bool want_entry, Reservation* out, std::error_code* ec) noexcept;
+// Returns unused tail bytes of the most recent body reservation at `body` (bodies are
+// reserved with an upper bound, then trimmed to what relocation emitted).
+void trim_body(std::uint8_t* body, std::size_t reserved, std::size_t used) noexcept;
+
+}  // namespace crossmod::tp::detail

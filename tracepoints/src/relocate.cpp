@@ -1,0 +1,278 @@
+// Decoding (Zydis) of a tracepoint's replaced instructions, the scan of the rest of the
+// function for branches into them, and their relocation: RIP-relative operands get a new
+// disp32, relative jumps/jcc become rel32 forms (or an indirect jump when out of rel32
+// reach), and a relative call becomes "push the ORIGINAL return address; jmp target" so
+// that the callee returns into the original code and unwinders see a known address.
+// Thread safety: pure functions; no allocation; Zydis decoding is reentrant.
+#include "relocate.hpp"
+
+#include <Zydis/Zydis.h>
+
+#include <cstring>
+
+#include "crossmod/tracepoint.hpp"
+#include "encoding.hpp"
+
+namespace crossmod::tp {
+
+namespace {
+
+constexpr std::size_t kJumpLen = 5;
+
+struct Decoded {
+  ZydisDecodedInstruction ins;
+  ZydisDecodedOperand ops[ZYDIS_MAX_OPERAND_COUNT];
+};
+
+ZyanStatus decode_status(const ZydisDecoder& dec, const std::uint8_t* p, std::size_t avail,
+                         Decoded* d) noexcept {
+  return ZydisDecoderDecodeFull(&dec, p, avail, &d->ins, d->ops);
+}
+bool decode(const ZydisDecoder& dec, const std::uint8_t* p, std::size_t avail,
+            Decoded* d) noexcept {
+  return ZYAN_SUCCESS(decode_status(dec, p, avail, d));
+}
+
+ZydisDecoder make_decoder() noexcept {
+  ZydisDecoder dec;
+  ZydisDecoderInit(&dec, ZYDIS_MACHINE_MODE_LONG_64, ZYDIS_STACK_WIDTH_64);
+  return dec;
+}
+
+// Absolute target of a relative branch (immediate operand), if the instruction has one.
+bool branch_target(const Decoded& d, std::uintptr_t at, std::uintptr_t* target) noexcept {
+  if ((d.ins.attributes & ZYDIS_ATTRIB_IS_RELATIVE) == 0) return false;
+  for (unsigned i = 0; i < d.ins.operand_count_visible; ++i) {
+    const ZydisDecodedOperand& op = d.ops[i];
+    if (op.type == ZYDIS_OPERAND_TYPE_IMMEDIATE && op.imm.is_relative) {
+      ZyanU64 t = 0;
+      if (!ZYAN_SUCCESS(ZydisCalcAbsoluteAddress(&d.ins, &op, at, &t))) return false;
+      *target = static_cast<std::uintptr_t>(t);
+      return true;
+    }
+  }
+  return false;
+}
+
+// Control does not fall through past this instruction.
+bool ends_flow(const Decoded& d) noexcept {
+  switch (d.ins.meta.category) {
+    case ZYDIS_CATEGORY_RET:
+    case ZYDIS_CATEGORY_UNCOND_BR:
+      return true;
+    default:
+      break;
+  }
+  return d.ins.mnemonic == ZYDIS_MNEMONIC_UD2 || d.ins.mnemonic == ZYDIS_MNEMONIC_INT3 ||
+         d.ins.mnemonic == ZYDIS_MNEMONIC_HLT;
+}
+
+enum class Kind { plain, rip_mem, jmp, jcc, call, unsupported };
+
+Kind classify(const Decoded& d) noexcept {
+  if (d.ins.mnemonic == ZYDIS_MNEMONIC_INT3) return Kind::unsupported;  // someone's probe
+  if ((d.ins.attributes & ZYDIS_ATTRIB_IS_RELATIVE) == 0) return Kind::plain;
+  bool imm_rel = false;
+  for (unsigned i = 0; i < d.ins.operand_count_visible; ++i)
+    if (d.ops[i].type == ZYDIS_OPERAND_TYPE_IMMEDIATE && d.ops[i].imm.is_relative) imm_rel = true;
+  if (!imm_rel) {
+    // RIP-relative memory operand: exactly one disp32 to rewrite.
+    if (d.ins.raw.disp.size == 32) return Kind::rip_mem;
+    return Kind::unsupported;
+  }
+  // A 66-prefixed near branch is rel16 with IP truncated on AMD but rel32 on Intel (the
+  // prefix is ignored there; SDM Vol 2A "JMP", APM Vol 3 "JMP (Near)"): its length and
+  // target depend on the vendor, so it is never relocated.
+  if (d.ins.operand_width != 64 || (d.ins.attributes & ZYDIS_ATTRIB_HAS_OPERANDSIZE) != 0)
+    return Kind::unsupported;
+  switch (d.ins.mnemonic) {
+    case ZYDIS_MNEMONIC_JMP:
+      return Kind::jmp;
+    case ZYDIS_MNEMONIC_CALL:
+      return Kind::call;
+    case ZYDIS_MNEMONIC_JB:
+    case ZYDIS_MNEMONIC_JBE:
+    case ZYDIS_MNEMONIC_JL:
+    case ZYDIS_MNEMONIC_JLE:
+    case ZYDIS_MNEMONIC_JNB:
+    case ZYDIS_MNEMONIC_JNBE:
+    case ZYDIS_MNEMONIC_JNL:
+    case ZYDIS_MNEMONIC_JNLE:
+    case ZYDIS_MNEMONIC_JNO:
+    case ZYDIS_MNEMONIC_JNP:
+    case ZYDIS_MNEMONIC_JNS:
+    case ZYDIS_MNEMONIC_JNZ:
+    case ZYDIS_MNEMONIC_JO:
+    case ZYDIS_MNEMONIC_JP:
+    case ZYDIS_MNEMONIC_JS:
+    case ZYDIS_MNEMONIC_JZ:
+      return Kind::jcc;
+    default:
+      return Kind::unsupported;  // loop*, jrcxz, xbegin: rel8-only or transactional
+  }
+}
+
+// The condition code (low nibble of 70+cc / 0F 80+cc, SDM Vol 2 "Jcc").
+std::uint8_t condition_code(const Decoded& d) noexcept {
+  return static_cast<std::uint8_t>(d.ins.opcode & 0x0F);
+}
+
+}  // namespace
+
+Status analyze(const std::uint8_t* code, std::size_t size, std::uintptr_t addr,
+               Analysis* out) noexcept {
+  *out = Analysis{};
+  if (code == nullptr || size < kJumpLen) return Status::too_short;
+  const ZydisDecoder dec = make_decoder();
+  Decoded d;
+  std::size_t off = 0;
+  while (off < kJumpLen) {
+    const ZyanStatus zs = decode_status(dec, code + off, size - off, &d);
+    if (!ZYAN_SUCCESS(zs)) {
+      // The function ends inside an instruction: too short; anything else is undecodable.
+      return zs == ZYDIS_STATUS_NO_MORE_DATA ? Status::too_short : Status::decode_error;
+    }
+    if (classify(d) == Kind::unsupported) return Status::unsupported_instruction;
+    out->offset[out->count] = static_cast<std::uint8_t>(off);
+    out->length[out->count] = d.ins.length;
+    ++out->count;
+    if (off > 0) out->boundary_mask = static_cast<std::uint8_t>(out->boundary_mask | (1u << off));
+    off += d.ins.length;
+    if (off < kJumpLen && ends_flow(d)) return Status::too_short;
+  }
+  out->replaced_len = static_cast<std::uint8_t>(off);
+
+  // Every relative branch of the function (replaced instructions included) must land on
+  // a replaced boundary or outside the range: a landing mid-instruction would execute the
+  // jump's rel32 bytes as code.
+  auto check = [&](const Decoded& dd, std::uintptr_t at) -> Status {
+    std::uintptr_t t = 0;
+    if (!branch_target(dd, at, &t)) return Status::ok;
+    if (t <= addr || t >= addr + off) return Status::ok;
+    const auto b = static_cast<unsigned>(t - addr);
+    if (b < kJumpLen && (out->boundary_mask & (1u << b)) != 0) {
+      ++out->inward_branches;
+      return Status::ok;
+    }
+    return Status::branch_into_range;
+  };
+  for (std::size_t i = 0; i < out->count; ++i) {
+    if (!decode(dec, code + out->offset[i], out->length[i], &d)) return Status::decode_error;
+    if (const Status s = check(d, addr + out->offset[i]); s != Status::ok) return s;
+  }
+  for (std::size_t pos = off; pos < size;) {
+    if (!decode(dec, code + pos, size - pos, &d)) {
+      out->scan_incomplete = true;
+      break;
+    }
+    if (const Status s = check(d, addr + pos); s != Status::ok) return s;
+    pos += d.ins.length;
+  }
+  return Status::ok;
+}
+
+namespace detail {
+
+Status analyze_first(const std::uint8_t* code, std::size_t size, std::uintptr_t,
+                     Analysis* out) noexcept {
+  *out = Analysis{};
+  if (code == nullptr || size == 0) return Status::too_short;
+  const ZydisDecoder dec = make_decoder();
+  Decoded d;
+  const ZyanStatus zs = decode_status(dec, code, size, &d);
+  if (!ZYAN_SUCCESS(zs))
+    return zs == ZYDIS_STATUS_NO_MORE_DATA ? Status::too_short : Status::decode_error;
+  if (classify(d) == Kind::unsupported) return Status::unsupported_instruction;
+  out->count = 1;
+  out->length[0] = d.ins.length;
+  out->replaced_len = d.ins.length;
+  return Status::ok;
+}
+
+Status relocate(const std::uint8_t* code, std::uintptr_t addr, const Analysis& a, std::uintptr_t at,
+                std::uint8_t* out, std::size_t cap, std::size_t* used,
+                std::uint16_t copy_offset[5]) noexcept {
+  const ZydisDecoder dec = make_decoder();
+  Decoded d;
+  std::size_t n = 0;
+  for (std::size_t i = 0; i < a.count; ++i) {
+    if (cap - n < kMaxCopyLen) return Status::out_of_range;
+    const std::uint8_t* src = code + a.offset[i];
+    const std::uintptr_t src_at = addr + a.offset[i];
+    if (!decode(dec, src, a.length[i], &d)) return Status::decode_error;
+    copy_offset[i] = static_cast<std::uint16_t>(n);
+    std::uint8_t* p = out + n;
+    const std::uintptr_t p_at = at + n;
+    const std::size_t len = d.ins.length;
+    std::uintptr_t target = 0;
+    switch (classify(d)) {
+      case Kind::plain:
+        std::memcpy(p, src, len);
+        n += len;
+        break;
+      case Kind::rip_mem: {
+        // Same length at a new address: only the disp32 changes (the displacement is
+        // relative to the end of the instruction, SDM Vol 2A 2.2.1.6).
+        std::int32_t disp = 0;
+        std::memcpy(&disp, src + d.ins.raw.disp.offset, 4);
+        const std::uintptr_t abs =
+            src_at + len + static_cast<std::uintptr_t>(static_cast<std::int64_t>(disp));
+        const std::int64_t nd = enc::rel_from(p_at + len, abs);
+        if (!enc::fits_rel32(nd)) return Status::out_of_range;
+        std::memcpy(p, src, len);
+        enc::put32(p + d.ins.raw.disp.offset, nd);
+        n += len;
+        break;
+      }
+      case Kind::jmp:
+        if (!branch_target(d, src_at, &target)) return Status::decode_error;
+        n += enc::jmp_any(p, p_at, target);
+        break;
+      case Kind::jcc: {
+        if (!branch_target(d, src_at, &target)) return Status::decode_error;
+        const std::uint8_t cc = condition_code(d);
+        const std::int64_t rel = enc::rel_from(p_at + 6, target);
+        if (enc::fits_rel32(rel)) {
+          p[0] = enc::kTwoByte;
+          p[1] = static_cast<std::uint8_t>(enc::kJccRel32Base + cc);
+          enc::put32(p + 2, rel);
+          n += 6;
+        } else {
+          // j!cc over an absolute jump (cc ^ 1 is the negated condition, SDM Vol 2A B.1.4.7).
+          p[0] = static_cast<std::uint8_t>(enc::kJccRel8Base + (cc ^ 1));
+          p[1] = static_cast<std::uint8_t>(enc::kJmpAbsLen);
+          std::memcpy(p + 2, enc::kJmpRipIndirect, sizeof enc::kJmpRipIndirect);
+          enc::put64(p + 2 + sizeof enc::kJmpRipIndirect, target);
+          n += 2 + enc::kJmpAbsLen;
+        }
+        break;
+      }
+      case Kind::call: {
+        if (!branch_target(d, src_at, &target)) return Status::decode_error;
+        // push rax; mov rax, <original return address>; xchg [rsp], rax; jmp target.
+        const std::uintptr_t ret = src_at + len;
+        std::size_t k = 0;
+        p[k++] = enc::kPushRax;
+        std::memcpy(p + k, enc::kMovRaxImm64, sizeof enc::kMovRaxImm64);
+        k += sizeof enc::kMovRaxImm64;
+        enc::put64(p + k, ret);
+        k += 8;
+        std::memcpy(p + k, enc::kXchgRspRax, sizeof enc::kXchgRspRax);
+        k += sizeof enc::kXchgRspRax;
+        k += enc::jmp_any(p + k, p_at + k, target);
+        n += k;
+        break;
+      }
+      case Kind::unsupported:
+        return Status::unsupported_instruction;
+    }
+  }
+  if (cap - n < enc::kJmpAbsLen) return Status::out_of_range;
+  n += enc::jmp_any(out + n, at + n, addr + a.replaced_len);
+  *used = n;
+  return Status::ok;
+}
+
+}  // namespace detail
+
+}  // namespace crossmod::tp

@@ -1,0 +1,29 @@
+// Relocation of the replaced instructions into a trampoline body (relocate.cpp).
+// Thread safety: pure functions; no allocation.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+
+#include "crossmod/tracepoint.hpp"
+
+namespace crossmod::tp::detail {
+
+// Upper bound of the bytes relocate() emits for one instruction (an emulated far call:
+// push rax; mov rax, imm64; xchg [rsp], rax; jmp [rip]; abs64 = 29).
+inline constexpr std::size_t kMaxCopyLen = 32;
+
+// Trap mode: only the first instruction (any length, even a lone `ret`) is relocated; the
+// code keeps its bytes except an int3 on byte 0, so neither the 5-byte minimum nor
+// branches into the range matter.
+Status analyze_first(const std::uint8_t* code, std::size_t size, std::uintptr_t addr,
+                     Analysis* out) noexcept;
+
+// Emits the analysed instructions (code at runtime address addr) for a copy placed at
+// runtime address `at`, then a jump back to addr + a.replaced_len. copy_offset[i] gets
+// the offset of instruction i's copy. out_of_range if a RIP-relative operand cannot reach
+// its target from `at`; unsupported_instruction / decode_error as in analyze().
+Status relocate(const std::uint8_t* code, std::uintptr_t addr, const Analysis& a, std::uintptr_t at,
+                std::uint8_t* out, std::size_t cap, std::size_t* used,
+                std::uint16_t copy_offset[5]) noexcept;
+
+}  // namespace crossmod::tp::detail

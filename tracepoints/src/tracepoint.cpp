@@ -1,0 +1,312 @@
+// Tracepoint: prepare (analyse, relocate, reserve a constrained trampoline, register the
+// trap redirects), install/remove (the multi-step int3 protocol in tracepoint.hpp) and the
+// probe toggle. Thread safety: see tracepoint.hpp. prepare() allocates (pool, /proc maps);
+// install/remove/enable/disable make no allocation and take no lock (waits may call
+// membarrier). The probe dispatch below runs on traced threads: no allocation, no lock.
+#include "crossmod/tracepoint.hpp"
+
+#include <cstring>
+
+#include "crossmod/code_memory.hpp"
+#include "crossmod/trap.hpp"
+#include "crossmod/x86.hpp"
+#include "encoding.hpp"
+#include "pool.hpp"
+#include "relocate.hpp"
+
+namespace crossmod::tp {
+
+namespace {
+
+// Lives in the trampoline body (immortal); written once at prepare().
+struct ProbeCtx {
+  Handler handler;
+  void* user;
+};
+
+constexpr std::size_t kJumpLen = 5;
+constexpr std::size_t kToggleLen = 5;
+constexpr std::size_t kCopiesAt = 8;  // after the toggle slot, padded
+constexpr std::size_t kProbeBlockMax = 40;
+constexpr std::size_t kTailMax = 8 /*literal*/ + sizeof(ProbeCtx) + 16 /*alignment*/;
+
+}  // namespace
+
+}  // namespace crossmod::tp
+
+extern "C" {
+// assembly, src/thunk.S
+void crossmod_tp_thunk();
+// Called by crossmod_tp_thunk with the probe context of the trampoline that fired.
+__attribute__((visibility("hidden"))) void crossmod_tp_dispatch(
+    const crossmod::tp::ProbeCtx* ctx) noexcept;
+}
+
+void crossmod_tp_dispatch(const crossmod::tp::ProbeCtx* ctx) noexcept { ctx->handler(ctx->user); }
+
+namespace crossmod::tp {
+
+const char* to_string(Status s) noexcept {
+  switch (s) {
+    case Status::ok:
+      return "ok";
+    case Status::too_short:
+      return "too_short";
+    case Status::decode_error:
+      return "decode_error";
+    case Status::unsupported_instruction:
+      return "unsupported_instruction";
+    case Status::branch_into_range:
+      return "branch_into_range";
+    case Status::out_of_range:
+      return "out_of_range";
+    case Status::no_trampoline_space:
+      return "no_trampoline_space";
+    case Status::not_writable:
+      return "not_writable";
+    case Status::bad_bytes:
+      return "bad_bytes";
+    case Status::bad_state:
+      return "bad_state";
+    case Status::table_full:
+      return "table_full";
+    case Status::os_error:
+      return "os_error";
+  }
+  return "unknown";
+}
+
+Status Tracepoint::prepare(void* addr, std::size_t size, Handler handler, void* user,
+                           Tracepoint* out, std::error_code* ec, bool trap_fallback) noexcept {
+  if (addr == nullptr || handler == nullptr || out == nullptr) return Status::bad_state;
+  if (out->installed_) return Status::bad_state;
+  if (trap::install(ec) != crossmod::Status::ok) return Status::os_error;
+  const auto a = reinterpret_cast<std::uintptr_t>(addr);
+  const auto* code = static_cast<const std::uint8_t*>(addr);
+  // Another tracepoint's redirect is live here: its jump would be relocated as code.
+  if (trap::redirect_target(a) != 0) return Status::bad_state;
+  Analysis an;
+  bool trap_mode = false;
+  if (const Status s = analyze(code, size, a, &an); s != Status::ok) {
+    if (!trap_fallback || (s != Status::too_short && s != Status::branch_into_range)) return s;
+    if (const Status s1 = detail::analyze_first(code, size, a, &an); s1 != Status::ok) return s1;
+    trap_mode = true;
+  }
+
+  const std::size_t copies_cap = an.count * detail::kMaxCopyLen + enc::kJmpAbsLen;
+  const std::size_t reserve_len = kCopiesAt + copies_cap + kProbeBlockMax + kTailMax;
+  detail::Reservation r;
+  Status rs = detail::reserve(a, an.boundary_mask, reserve_len, !trap_mode, &r, ec);
+  if (rs == Status::no_trampoline_space && trap_fallback && !trap_mode) {
+    trap_mode = true;
+    rs = detail::reserve(a, an.boundary_mask, reserve_len, false, &r, ec);
+  }
+  if (rs != Status::ok) return rs;
+  std::uint8_t* body = r.body;
+  const auto body_at = reinterpret_cast<std::uintptr_t>(body);
+
+  // Copies.
+  std::uint16_t copy_offset[5] = {};
+  std::size_t copies_len = 0;
+  if (const Status s = detail::relocate(code, a, an, body_at + kCopiesAt, body + kCopiesAt,
+                                        copies_cap, &copies_len, copy_offset);
+      s != Status::ok)
+    return s;  // the reservation is leaked (a few hundred bytes; refusals are rare here)
+
+  // Probe block: step over the red zone, save rax, rax = ctx, call the thunk, restore,
+  // continue with the copies.
+  std::size_t pb = (kCopiesAt + copies_len + 7) & ~std::size_t{7};
+  std::uint8_t* p = body + pb;
+  std::size_t k = 0;
+  std::memcpy(p + k, enc::kLeaRspMinus128, sizeof enc::kLeaRspMinus128);
+  k += sizeof enc::kLeaRspMinus128;
+  p[k++] = enc::kPushRax;
+  std::memcpy(p + k, enc::kMovRaxImm64, sizeof enc::kMovRaxImm64);
+  k += sizeof enc::kMovRaxImm64;
+  const std::size_t ctx_imm_at = k;
+  k += 8;
+  std::memcpy(p + k, enc::kCallRipIndirect, sizeof enc::kCallRipIndirect);
+  k += sizeof enc::kCallRipIndirect;
+  const std::size_t disp_at = k;
+  k += 4;
+  const std::size_t after_call = k;
+  p[k++] = enc::kPopRax;
+  std::memcpy(p + k, enc::kLeaRspPlus128, sizeof enc::kLeaRspPlus128);
+  k += sizeof enc::kLeaRspPlus128;
+  if (!enc::jmp_rel32(p + k, body_at + pb + k, body_at + kCopiesAt)) return Status::out_of_range;
+  k += enc::kRel32JmpLen;
+  const std::size_t lit = (pb + k + 7) & ~std::size_t{7};
+  enc::put32(p + disp_at, static_cast<std::int64_t>(lit - (pb + after_call)));
+  enc::put64(body + lit, reinterpret_cast<std::uint64_t>(&crossmod_tp_thunk));
+  auto* ctx = reinterpret_cast<ProbeCtx*>(body + lit + 8);
+  ctx->handler = handler;
+  ctx->user = user;
+  enc::put64(p + ctx_imm_at, reinterpret_cast<std::uint64_t>(ctx));
+  const std::size_t used = lit + 8 + sizeof(ProbeCtx);
+  detail::trim_body(body, reserve_len, used);
+
+  // Toggle slot: both states are complete jumps that differ only in rel32.
+  Tracepoint t;
+  if (!enc::jmp_rel32(t.toggle_on_, body_at, body_at + pb) ||
+      !enc::jmp_rel32(t.toggle_off_, body_at, body_at + kCopiesAt))
+    return Status::out_of_range;
+  std::memcpy(body, t.toggle_on_, kToggleLen);
+
+  // The jump at addr and the bytes it replaces. In trap mode the "jump" is an int3 on
+  // byte 0 and the other bytes stay: only boundary 0 exists for install/remove.
+  const std::size_t keep = std::min<std::size_t>(kJumpLen, size);
+  std::memcpy(t.original_, code, keep);
+  if (trap_mode) {
+    std::memcpy(t.jump_, t.original_, kJumpLen);
+    t.jump_[0] = x86::kInt3;
+    an.boundary_mask = 0;
+  } else {
+    if (!enc::jmp_rel32(t.jump_, a, r.entry)) return Status::no_trampoline_space;
+    for (unsigned b = 1; b < kJumpLen; ++b)
+      if ((an.boundary_mask & (1u << b)) != 0 && t.jump_[b] != x86::kInt3)
+        return Status::no_trampoline_space;  // the pool broke its contract
+  }
+  t.span_ = static_cast<std::uint8_t>(trap_mode ? 1 : kJumpLen);
+
+  // Redirects: boundary 0 enters like the jump (probe, then copies); boundary i goes to
+  // the copy of instruction i. Registered by install(), cleared by remove().
+  for (std::size_t i = 0; i < an.count; ++i)
+    t.redirect_to_[i] = i == 0 ? body_at : body_at + kCopiesAt + copy_offset[i];
+
+  t.addr_ = a;
+  t.analysis_ = an;
+  t.entry_ = r.entry;
+  t.body_ = body;
+  *out = std::move(t);
+  return Status::ok;
+}
+
+// Trap mode has one int3 (byte 0): only its redirect is registered.
+Status Tracepoint::set_redirects() noexcept {
+  for (std::size_t i = 0; i < (span_ == 1 ? 1u : analysis_.count); ++i)
+    if (trap::redirect_set(addr_ + analysis_.offset[i], redirect_to_[i]) != crossmod::Status::ok)
+      return Status::table_full;
+  return Status::ok;
+}
+
+void Tracepoint::clear_redirects() noexcept {
+  for (std::size_t i = 0; i < (span_ == 1 ? 1u : analysis_.count); ++i)
+    (void)trap::redirect_clear(addr_ + analysis_.offset[i]);
+}
+
+namespace {
+
+inline bool is_boundary(const Analysis& an, unsigned b) noexcept {
+  return b == 0 || (an.boundary_mask & (1u << b)) != 0;
+}
+
+Status wait(const WaitPolicy& w) noexcept {
+  return wait_from(w, x86::rdtsc()) == crossmod::Status::ok ? Status::ok : Status::os_error;
+}
+
+}  // namespace
+
+// A wait that cannot fail halfway through a protocol: checked before any byte is written.
+static Status check_wait(const WaitPolicy& w) noexcept {
+  if (w.kind != WaitPolicy::Kind::sync_core) return Status::ok;
+  return sync_core_register() == crossmod::Status::ok ? Status::ok : Status::os_error;
+}
+
+Status Tracepoint::check_install() const noexcept {
+  if (body_ == nullptr || installed_) return Status::bad_state;
+  auto* code = reinterpret_cast<const std::uint8_t*>(addr_);
+  if (!is_writable(code, span_)) return Status::not_writable;
+  if (std::memcmp(code, original_, span_) != 0) return Status::bad_bytes;
+  return Status::ok;
+}
+
+Status Tracepoint::check_remove() const noexcept {
+  if (body_ == nullptr || !installed_) return Status::bad_state;
+  auto* code = reinterpret_cast<const std::uint8_t*>(addr_);
+  if (!is_writable(code, span_)) return Status::not_writable;
+  if (std::memcmp(code, jump_, span_) != 0) return Status::bad_bytes;
+  return Status::ok;
+}
+
+Status Tracepoint::install(const WaitPolicy& w) noexcept { return install_all({this, 1}, w); }
+Status Tracepoint::remove(const WaitPolicy& w) noexcept { return remove_all({this, 1}, w); }
+
+Status Tracepoint::install_all(std::span<Tracepoint> tps, const WaitPolicy& w) noexcept {
+  if (const Status s = check_wait(w); s != Status::ok) return s;
+  for (const Tracepoint& t : tps)
+    if (const Status s = t.check_install(); s != Status::ok) return s;
+  // 0. Redirects for every boundary.
+  for (std::size_t i = 0; i < tps.size(); ++i) {
+    if (const Status s = tps[i].set_redirects(); s != Status::ok) {
+      for (std::size_t j = 0; j <= i; ++j) tps[j].clear_redirects();
+      return s;
+    }
+  }
+  // 1. int3 on every boundary (for b >= 1 this is already the final rel32 byte).
+  for (Tracepoint& t : tps) {
+    auto* code = reinterpret_cast<std::uint8_t*>(t.addr_);
+    for (unsigned b = 0; b < t.span_; ++b)
+      if (is_boundary(t.analysis_, b)) x86::store_byte(code + b, x86::kInt3);
+  }
+  // 2.
+  (void)wait(w);
+  // 3. The rest of the rel32: unreachable now, every entry into the range is an int3.
+  for (Tracepoint& t : tps) {
+    auto* code = reinterpret_cast<std::uint8_t*>(t.addr_);
+    for (unsigned b = 1; b < t.span_; ++b)
+      if (!is_boundary(t.analysis_, b)) x86::store_byte(code + b, t.jump_[b]);
+  }
+  // 4.
+  (void)wait(w);
+  // 5.
+  for (Tracepoint& t : tps) {
+    x86::store_byte(reinterpret_cast<std::uint8_t*>(t.addr_), t.jump_[0]);
+    t.installed_ = true;
+  }
+  return Status::ok;
+}
+
+Status Tracepoint::remove_all(std::span<Tracepoint> tps, const WaitPolicy& w) noexcept {
+  if (const Status s = check_wait(w); s != Status::ok) return s;
+  for (const Tracepoint& t : tps)
+    if (const Status s = t.check_remove(); s != Status::ok) return s;
+  // 1. int3 over the jmp opcode: every boundary is an int3 again.
+  for (Tracepoint& t : tps) x86::store_byte(reinterpret_cast<std::uint8_t*>(t.addr_), x86::kInt3);
+  (void)wait(w);
+  // 2. Original non-boundary bytes (interiors of the replaced instructions).
+  for (Tracepoint& t : tps) {
+    auto* code = reinterpret_cast<std::uint8_t*>(t.addr_);
+    for (unsigned b = 1; b < t.span_; ++b)
+      if (!is_boundary(t.analysis_, b)) x86::store_byte(code + b, t.original_[b]);
+  }
+  (void)wait(w);
+  // 3. Original first bytes, last boundary first (any order is correct: each instruction
+  //    is complete behind its int3 since step 2).
+  for (Tracepoint& t : tps) {
+    auto* code = reinterpret_cast<std::uint8_t*>(t.addr_);
+    for (unsigned b = t.span_; b-- > 0;)
+      if (is_boundary(t.analysis_, b)) x86::store_byte(code + b, t.original_[b]);
+    t.installed_ = false;
+  }
+  // 4. A thread that fetched an int3 before step 3 and traps now finds the redirect
+  //    cleared and the original byte back, and re-executes in place (trap.hpp); one that
+  //    trapped earlier was sent to the trampoline, which stays mapped.
+  for (Tracepoint& t : tps) t.clear_redirects();
+  return Status::ok;
+}
+
+Status Tracepoint::enable() noexcept {
+  if (body_ == nullptr) return Status::bad_state;
+  return x86::store_locked(body_, {toggle_on_, kToggleLen}) == crossmod::Status::ok
+             ? Status::ok
+             : Status::bad_state;
+}
+
+Status Tracepoint::disable() noexcept {
+  if (body_ == nullptr) return Status::bad_state;
+  return x86::store_locked(body_, {toggle_off_, kToggleLen}) == crossmod::Status::ok
+             ? Status::ok
+             : Status::bad_state;
+}
+
+}  // namespace crossmod::tp

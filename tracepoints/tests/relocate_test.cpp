@@ -1,0 +1,240 @@
+// Decoding and relocation on hand-assembled byte sequences: boundaries, refusals, and
+// the exact bytes emitted for RIP-relative operands, jcc, jmp and call.
+#include "relocate.hpp"
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <vector>
+
+#include "crossmod/tracepoint.hpp"
+
+namespace crossmod::tp {
+namespace {
+
+using Bytes = std::vector<std::uint8_t>;
+
+Analysis analyze_ok(const Bytes& b, std::uintptr_t at = 0x10000) {
+  Analysis a;
+  EXPECT_EQ(analyze(b.data(), b.size(), at, &a), Status::ok);
+  return a;
+}
+
+std::int32_t rel32_at(const std::uint8_t* p) {
+  std::int32_t v;
+  std::memcpy(&v, p, 4);
+  return v;
+}
+
+// push rbp; mov rbp, rsp; sub rsp, 0x10; ret
+const Bytes kPrologue = {0x55, 0x48, 0x89, 0xE5, 0x48, 0x83, 0xEC, 0x10, 0xC3};
+
+TEST(Analyze, PrologueBoundaries) {
+  const Analysis a = analyze_ok(kPrologue);
+  EXPECT_EQ(a.count, 3);
+  EXPECT_EQ(a.replaced_len, 8);
+  EXPECT_EQ(a.offset[1], 1);
+  EXPECT_EQ(a.offset[2], 4);
+  EXPECT_EQ(a.boundary_mask, (1u << 1) | (1u << 4));
+  EXPECT_EQ(a.inward_branches, 0u);
+  EXPECT_FALSE(a.scan_incomplete);
+}
+
+TEST(Analyze, TooShort) {
+  Analysis a;
+  const Bytes ret = {0xC3};
+  EXPECT_EQ(analyze(ret.data(), ret.size(), 0x1000, &a), Status::too_short);
+  // xor eax,eax; ret; then padding that is not part of the function.
+  const Bytes xor_ret = {0x31, 0xC0, 0xC3, 0x90, 0x90, 0x90, 0x90, 0x90};
+  EXPECT_EQ(analyze(xor_ret.data(), xor_ret.size(), 0x1000, &a), Status::too_short);
+  // Symbol size 4 cuts the prologue.
+  EXPECT_EQ(analyze(kPrologue.data(), 4, 0x1000, &a), Status::too_short);
+  // Symbol size 6 ends inside `sub rsp, 0x10`.
+  EXPECT_EQ(analyze(kPrologue.data(), 6, 0x1000, &a), Status::too_short);
+}
+
+TEST(Analyze, Unsupported) {
+  Analysis a;
+  const Bytes jrcxz = {0xE3, 0x05, 0x48, 0x89, 0xE5, 0xC3, 0x90, 0x90, 0x90};
+  EXPECT_EQ(analyze(jrcxz.data(), jrcxz.size(), 0x1000, &a), Status::unsupported_instruction);
+  const Bytes loop = {0x48, 0x89, 0xE5, 0xE2, 0xFB, 0xC3};
+  EXPECT_EQ(analyze(loop.data(), loop.size(), 0x1000, &a), Status::unsupported_instruction);
+  const Bytes int3 = {0xCC, 0x48, 0x89, 0xE5, 0x90, 0xC3};
+  EXPECT_EQ(analyze(int3.data(), int3.size(), 0x1000, &a), Status::unsupported_instruction);
+}
+
+TEST(Analyze, DecodeError) {
+  Analysis a;
+  const Bytes bad = {0x06, 0x90, 0x90, 0x90, 0x90, 0xC3};  // PUSH ES: invalid in 64-bit
+  EXPECT_EQ(analyze(bad.data(), bad.size(), 0x1000, &a), Status::decode_error);
+}
+
+TEST(Analyze, BranchIntoRange) {
+  // ... ; jmp rel8 from offset 8 (next 10) to: 1 (a boundary), 2 (inside mov), 0 (start).
+  Bytes f = {0x55, 0x48, 0x89, 0xE5, 0x48, 0x83, 0xEC, 0x10, 0xEB, 0x00, 0xC3};
+  Analysis a;
+  f[9] = static_cast<std::uint8_t>(1 - 10);
+  ASSERT_EQ(analyze(f.data(), f.size(), 0x1000, &a), Status::ok);
+  EXPECT_EQ(a.inward_branches, 1u);
+  f[9] = static_cast<std::uint8_t>(2 - 10);
+  EXPECT_EQ(analyze(f.data(), f.size(), 0x1000, &a), Status::branch_into_range);
+  f[9] = static_cast<std::uint8_t>(7 - 10);  // offset 7: inside `sub rsp` beyond the jump
+  EXPECT_EQ(analyze(f.data(), f.size(), 0x1000, &a), Status::branch_into_range);
+  f[9] = static_cast<std::uint8_t>(0 - 10);
+  ASSERT_EQ(analyze(f.data(), f.size(), 0x1000, &a), Status::ok);
+  EXPECT_EQ(a.inward_branches, 0u);
+  // A jcc rel32 far in the function, into offset 3.
+  Bytes g = kPrologue;
+  g.pop_back();
+  g.insert(g.end(), 40, 0x90);
+  const std::size_t at = g.size();
+  g.insert(g.end(), {0x0F, 0x85, 0, 0, 0, 0, 0xC3});
+  const std::int32_t rel = 3 - static_cast<std::int32_t>(at + 6);
+  std::memcpy(&g[at + 2], &rel, 4);
+  EXPECT_EQ(analyze(g.data(), g.size(), 0x1000, &a), Status::branch_into_range);
+}
+
+TEST(Analyze, ScanStopsAtData) {
+  Bytes f = kPrologue;
+  f.push_back(0x06);  // not code
+  f.push_back(0xC3);
+  const Analysis a = analyze_ok(f);
+  EXPECT_TRUE(a.scan_incomplete);
+}
+
+struct Reloc {
+  std::uint8_t out[256];
+  std::size_t used = 0;
+  std::uint16_t off[5] = {};
+};
+
+Status reloc(const Bytes& b, std::uintptr_t addr, std::uintptr_t at, Reloc* r) {
+  Analysis a;
+  EXPECT_EQ(analyze(b.data(), b.size(), addr, &a), Status::ok);
+  std::memset(r->out, 0, sizeof r->out);
+  return detail::relocate(b.data(), addr, a, at, r->out, sizeof r->out, &r->used, r->off);
+}
+
+TEST(Relocate, PlainCopyAndJumpBack) {
+  Reloc r;
+  ASSERT_EQ(reloc(kPrologue, 0x10000, 0x20000, &r), Status::ok);
+  EXPECT_EQ(std::memcmp(r.out, kPrologue.data(), 8), 0);
+  EXPECT_EQ(r.off[1], 1);
+  EXPECT_EQ(r.off[2], 4);
+  EXPECT_EQ(r.out[8], 0xE9);
+  EXPECT_EQ(rel32_at(r.out + 9), 0x10008 - (0x20000 + 13));
+  EXPECT_EQ(r.used, 13u);
+}
+
+TEST(Relocate, RipRelativeDisplacementRewritten) {
+  // mov rax, [rip+0x10]; ret
+  const Bytes f = {0x48, 0x8B, 0x05, 0x10, 0x00, 0x00, 0x00, 0xC3};
+  Reloc r;
+  ASSERT_EQ(reloc(f, 0x10000, 0x50000, &r), Status::ok);
+  EXPECT_EQ(std::memcmp(r.out, f.data(), 3), 0);
+  // Same absolute target 0x10017 from the new end of instruction 0x50007.
+  EXPECT_EQ(rel32_at(r.out + 3), 0x10017 - 0x50007);
+  // Out of reach: the copy 3 GiB away.
+  EXPECT_EQ(reloc(f, 0x10000, 0x10000 + (std::uintptr_t{3} << 30), &r), Status::out_of_range);
+}
+
+TEST(Relocate, JccRel8Widened) {
+  // je +0x10; mov rbp, rsp; ret
+  const Bytes f = {0x74, 0x10, 0x48, 0x89, 0xE5, 0xC3};
+  Reloc r;
+  ASSERT_EQ(reloc(f, 0x10000, 0x20000, &r), Status::ok);
+  EXPECT_EQ(r.out[0], 0x0F);
+  EXPECT_EQ(r.out[1], 0x84);  // JE rel32
+  EXPECT_EQ(rel32_at(r.out + 2), 0x10012 - 0x20006);
+  EXPECT_EQ(r.off[1], 6);
+  EXPECT_EQ(std::memcmp(r.out + 6, f.data() + 2, 3), 0);
+}
+
+TEST(Relocate, JccFarBecomesInvertedJccOverAbsoluteJump) {
+  const Bytes f = {0x75, 0x10, 0x48, 0x89, 0xE5, 0xC3};  // jne +0x10
+  Reloc r;
+  const std::uintptr_t at = 0x10000 + (std::uintptr_t{3} << 30);
+  ASSERT_EQ(reloc(f, 0x10000, at, &r), Status::ok);
+  EXPECT_EQ(r.out[0], 0x74);  // JE over
+  EXPECT_EQ(r.out[1], 14);
+  EXPECT_EQ(r.out[2], 0xFF);
+  EXPECT_EQ(r.out[3], 0x25);
+  std::uint64_t abs;
+  std::memcpy(&abs, r.out + 8, 8);
+  EXPECT_EQ(abs, 0x10012u);
+}
+
+TEST(Relocate, JmpRel8Widened) {
+  const Bytes f = {0x48, 0x89, 0xE5, 0xEB, 0x20, 0xC3};  // mov; jmp +0x20
+  Reloc r;
+  ASSERT_EQ(reloc(f, 0x10000, 0x20000, &r), Status::ok);
+  EXPECT_EQ(r.out[3], 0xE9);
+  EXPECT_EQ(rel32_at(r.out + 4), 0x10025 - 0x20008);
+}
+
+TEST(Relocate, CallPushesOriginalReturnAddress) {
+  const Bytes f = {0xE8, 0x00, 0x01, 0x00, 0x00, 0xC3};  // call +0x100
+  Reloc r;
+  ASSERT_EQ(reloc(f, 0x10000, 0x20000, &r), Status::ok);
+  EXPECT_EQ(r.out[0], 0x50);  // push rax
+  EXPECT_EQ(r.out[1], 0x48);
+  EXPECT_EQ(r.out[2], 0xB8);  // mov rax, imm64
+  std::uint64_t ret;
+  std::memcpy(&ret, r.out + 3, 8);
+  EXPECT_EQ(ret, 0x10005u);
+  const std::uint8_t xchg[4] = {0x48, 0x87, 0x04, 0x24};
+  EXPECT_EQ(std::memcmp(r.out + 11, xchg, 4), 0);
+  EXPECT_EQ(r.out[15], 0xE9);
+  EXPECT_EQ(rel32_at(r.out + 16), 0x10105 - 0x20014);
+}
+
+TEST(Relocate, RipRelativeWithTrailingImmediate) {
+  // cmp dword [rip+0x20], 7 (83 /7 disp32 imm8): the displacement is relative to the end
+  // of the whole instruction, immediate included.
+  const Bytes f = {0x83, 0x3D, 0x20, 0x00, 0x00, 0x00, 0x07, 0xC3};
+  Reloc r;
+  ASSERT_EQ(reloc(f, 0x10000, 0x30000, &r), Status::ok);
+  EXPECT_EQ(rel32_at(r.out + 2), 0x10027 - 0x30007);
+  EXPECT_EQ(r.out[6], 0x07);
+}
+
+TEST(Relocate, TailJumpStubAndFarTargets) {
+  // jmp rel32 alone is a whole 5-byte function (a tail-call stub): accepted.
+  const Bytes f = {0xE9, 0x00, 0x10, 0x00, 0x00};
+  Reloc r;
+  ASSERT_EQ(reloc(f, 0x10000, 0x20000, &r), Status::ok);
+  EXPECT_EQ(r.out[0], 0xE9);
+  EXPECT_EQ(rel32_at(r.out + 1), 0x11005 - 0x20005);
+  // The same 3 GiB away: jmp [rip+0]; abs64.
+  ASSERT_EQ(reloc(f, 0x10000, 0x10000 + (std::uintptr_t{3} << 30), &r), Status::ok);
+  EXPECT_EQ(r.out[0], 0xFF);
+  EXPECT_EQ(r.out[1], 0x25);
+  std::uint64_t abs;
+  std::memcpy(&abs, r.out + 6, 8);
+  EXPECT_EQ(abs, 0x11005u);
+  // A far call keeps the original return address and jumps through an absolute literal.
+  const Bytes c = {0xE8, 0x00, 0x01, 0x00, 0x00, 0xC3};
+  ASSERT_EQ(reloc(c, 0x10000, 0x10000 + (std::uintptr_t{3} << 30), &r), Status::ok);
+  std::memcpy(&abs, r.out + 3, 8);
+  EXPECT_EQ(abs, 0x10005u);
+  EXPECT_EQ(r.out[15], 0xFF);
+  EXPECT_EQ(r.out[16], 0x25);
+  std::memcpy(&abs, r.out + 21, 8);
+  EXPECT_EQ(abs, 0x10105u);
+}
+
+TEST(Analyze, MoreRefusals) {
+  Analysis a;
+  // xbegin rel32 (C7 F8): transactional, its abort address cannot move.
+  const Bytes xbegin = {0xC7, 0xF8, 0x10, 0x00, 0x00, 0x00, 0xC3};
+  EXPECT_EQ(analyze(xbegin.data(), xbegin.size(), 0x1000, &a), Status::unsupported_instruction);
+  // 66-prefixed jmp rel16: truncates RIP to 16 bits.
+  const Bytes jmp16 = {0x66, 0xE9, 0x10, 0x00, 0x90, 0x90, 0xC3};
+  EXPECT_EQ(analyze(jmp16.data(), jmp16.size(), 0x1000, &a), Status::unsupported_instruction);
+  // jmp rel8 as the first instruction: the function ends after 2 bytes.
+  const Bytes jmp8 = {0xEB, 0x10, 0x90, 0x90, 0x90, 0x90, 0xC3};
+  EXPECT_EQ(analyze(jmp8.data(), jmp8.size(), 0x1000, &a), Status::too_short);
+}
+
+}  // namespace
+}  // namespace crossmod::tp

@@ -1,0 +1,263 @@
+// Tracepoints on hand-assembled functions: the jump's bytes, the probe, original semantics
+// with the jump installed (RIP-relative operand, relative call, jcc, mid-function site,
+// flags and xmm preserved), the int3 redirect of a branch into the replaced range, toggle,
+// remove and reinstall, and the refusals of bad sequences of calls.
+#include "crossmod/tracepoint.hpp"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cstdio>
+#include <cstring>
+#include <vector>
+
+#include "crossmod/trap.hpp"
+#include "stress.hpp"
+#include "test_code.hpp"
+
+namespace crossmod::tp {
+namespace {
+
+using test::TestCode;
+using test::TestFn;
+
+std::atomic<std::uint64_t> g_hits{0};
+void count_hit(void* user) noexcept {
+  g_hits.fetch_add(1, std::memory_order_relaxed);
+  if (user != nullptr) static_cast<std::atomic<std::uint64_t>*>(user)->fetch_add(1);
+}
+
+// A handler that clobbers what the System V ABI lets it clobber.
+void clobber(void*) noexcept {
+  g_hits.fetch_add(1, std::memory_order_relaxed);
+  asm volatile(
+      "pxor %%xmm0, %%xmm0\n\t"
+      "pxor %%xmm1, %%xmm1\n\t"
+      "xor %%ecx, %%ecx\n\t"
+      "xor %%edx, %%edx\n\t"
+      "xor %%esi, %%esi\n\t"
+      "xor %%edi, %%edi\n\t"
+      "xor %%r8d, %%r8d\n\t"
+      "xor %%r11d, %%r11d\n\t"
+      "cmp %%ecx, %%ecx\n\t"  // ZF=1, CF=0
+      ::
+          : "xmm0", "xmm1", "rcx", "rdx", "rsi", "rdi", "r8", "r11", "cc");
+}
+
+WaitPolicy test_wait() { return test::stress_wait(); }
+
+struct Prepared {
+  Tracepoint tp;
+  Prepared(const TestFn& f, Handler h = count_hit) {
+    EXPECT_EQ(Tracepoint::prepare(f.addr, f.size, h, nullptr, &tp), Status::ok);
+  }
+};
+
+void expect_jump_bytes(const Tracepoint& tp) {
+  const auto* code = reinterpret_cast<const std::uint8_t*>(tp.address());
+  EXPECT_EQ(code[0], 0xE9);
+  EXPECT_EQ(std::memcmp(code, tp.jump_bytes(), 5), 0);
+  for (unsigned b = 1; b < 5; ++b)
+    if ((tp.analysis().boundary_mask & (1u << b)) != 0) {
+      EXPECT_EQ(code[b], 0xCC) << b;
+    }
+  std::int32_t rel;
+  std::memcpy(&rel, code + 1, 4);
+  EXPECT_EQ(tp.address() + 5 + static_cast<std::uintptr_t>(static_cast<std::int64_t>(rel)),
+            tp.entry());
+}
+
+TEST(Tracepoint, SumLoopProbeAndInwardRedirect) {
+  TestCode code;
+  const TestFn& f = code.sum();
+  std::uint8_t before[16];
+  std::memcpy(before, f.addr, sizeof before);
+  Prepared p(f);
+  ASSERT_TRUE(p.tp.prepared());
+  EXPECT_EQ(p.tp.analysis().boundary_mask, 1u << 2);
+  EXPECT_EQ(p.tp.analysis().inward_branches, 1u);
+  EXPECT_EQ(std::memcmp(before, f.addr, sizeof before), 0) << "prepare wrote code";
+
+  ASSERT_EQ(p.tp.install(test_wait()), Status::ok);
+  expect_jump_bytes(p.tp);
+  const std::uint64_t hits0 = g_hits.load();
+  const std::uint64_t red0 = trap::redirect_stats().redirected;
+  EXPECT_EQ(f.fn()(5, 0), TestCode::sum_oracle(5));
+  EXPECT_EQ(g_hits.load() - hits0, 1u);
+  // Iterations 2..5 branch back to offset 2, which now holds an int3.
+  EXPECT_EQ(trap::redirect_stats().redirected - red0, 4u);
+
+  ASSERT_EQ(p.tp.disable(), Status::ok);
+  EXPECT_EQ(f.fn()(3, 0), 6u);
+  EXPECT_EQ(g_hits.load() - hits0, 1u);
+  ASSERT_EQ(p.tp.enable(), Status::ok);
+  EXPECT_EQ(f.fn()(3, 0), 6u);
+  EXPECT_EQ(g_hits.load() - hits0, 2u);
+
+  ASSERT_EQ(p.tp.remove(test_wait()), Status::ok);
+  EXPECT_EQ(std::memcmp(before, f.addr, sizeof before), 0);
+  EXPECT_EQ(f.fn()(4, 0), 10u);
+  EXPECT_EQ(g_hits.load() - hits0, 2u);
+  // Reinstall reuses the same trampoline.
+  const std::uintptr_t entry = p.tp.entry();
+  ASSERT_EQ(p.tp.install(test_wait()), Status::ok);
+  EXPECT_EQ(p.tp.entry(), entry);
+  EXPECT_EQ(f.fn()(4, 0), 10u);
+  EXPECT_EQ(g_hits.load() - hits0, 3u);
+  ASSERT_EQ(p.tp.remove(test_wait()), Status::ok);
+}
+
+TEST(Tracepoint, RipRelativeOperandFarEntry) {
+  TestCode code;
+  Prepared p(code.plus());
+  EXPECT_EQ(p.tp.analysis().boundary_mask, (1u << 1) | (1u << 4));
+  ASSERT_EQ(p.tp.install(test_wait()), Status::ok);
+  expect_jump_bytes(p.tp);
+  const std::uint64_t hits0 = g_hits.load();
+  EXPECT_EQ(code.plus().fn()(7, 0), TestCode::kK + 7);
+  EXPECT_EQ(g_hits.load() - hits0, 1u);
+  ASSERT_EQ(p.tp.remove(test_wait()), Status::ok);
+  EXPECT_EQ(code.plus().fn()(7, 0), TestCode::kK + 7);
+}
+
+TEST(Tracepoint, RelativeCallReturnsIntoOriginalCode) {
+  TestCode code;
+  Prepared p(code.call());
+  ASSERT_EQ(p.tp.install(test_wait()), Status::ok);
+  const std::uint64_t hits0 = g_hits.load();
+  EXPECT_EQ(code.call().fn()(20, 0), 41u);
+  EXPECT_EQ(g_hits.load() - hits0, 1u);
+  ASSERT_EQ(p.tp.remove(test_wait()), Status::ok);
+}
+
+TEST(Tracepoint, JccInReplacedRange) {
+  TestCode code;
+  Prepared p(code.jcc());
+  EXPECT_EQ(p.tp.analysis().boundary_mask, 1u << 3);
+  ASSERT_EQ(p.tp.install(test_wait()), Status::ok);
+  EXPECT_EQ(code.jcc().fn()(0, 0), 0u);
+  EXPECT_EQ(code.jcc().fn()(9, 0), 10u);
+  ASSERT_EQ(p.tp.remove(test_wait()), Status::ok);
+}
+
+TEST(Tracepoint, MidFunctionPreservesFlagsAndRegisters) {
+  TestCode code;
+  Prepared below(code.below(), clobber);
+  Prepared xmm(code.xmm(), clobber);
+  ASSERT_EQ(below.tp.install(test_wait()), Status::ok);
+  ASSERT_EQ(xmm.tp.install(test_wait()), Status::ok);
+  const std::uint64_t hits0 = g_hits.load();
+  EXPECT_EQ(code.below().fn()(2, 1), 1u);
+  EXPECT_EQ(code.below().fn()(1, 2), 0u);
+  EXPECT_EQ(code.xmm().fn()(0x1234567890ull, 0), 0x1234567890ull);
+  EXPECT_EQ(g_hits.load() - hits0, 3u);
+  ASSERT_EQ(below.tp.remove(test_wait()), Status::ok);
+  ASSERT_EQ(xmm.tp.remove(test_wait()), Status::ok);
+}
+
+TEST(Tracepoint, TrapFallbackForShortFunction) {
+  TestCode code;
+  const TestFn& f = code.shortfn();
+  Tracepoint t;
+  EXPECT_EQ(Tracepoint::prepare(f.addr, f.size, count_hit, nullptr, &t), Status::too_short);
+  ASSERT_EQ(Tracepoint::prepare(f.addr, f.size, count_hit, nullptr, &t, nullptr, true), Status::ok);
+  EXPECT_TRUE(t.trap_mode());
+  EXPECT_EQ(t.entry(), 0u);
+  ASSERT_EQ(t.install(test_wait()), Status::ok);
+  EXPECT_EQ(f.addr[0], 0xCC);
+  EXPECT_EQ(f.addr[1], 0x47);  // the rest of the function is untouched
+  const std::uint64_t hits0 = g_hits.load();
+  EXPECT_EQ(f.fn()(41, 0), 42u);
+  EXPECT_EQ(g_hits.load() - hits0, 1u);
+  ASSERT_EQ(t.remove(test_wait()), Status::ok);
+  EXPECT_EQ(f.addr[0], 0x8D);
+  EXPECT_EQ(f.fn()(41, 0), 42u);
+  EXPECT_EQ(g_hits.load() - hits0, 1u);
+}
+
+TEST(Tracepoint, BadSequencesAreRefused) {
+  TestCode code;
+  Tracepoint empty;
+  EXPECT_EQ(empty.install(test_wait()), Status::bad_state);
+  EXPECT_EQ(empty.enable(), Status::bad_state);
+  Prepared p(code.jcc());
+  EXPECT_EQ(p.tp.remove(test_wait()), Status::bad_state);
+  ASSERT_EQ(p.tp.install(test_wait()), Status::ok);
+  EXPECT_EQ(p.tp.install(test_wait()), Status::bad_state);
+  ASSERT_EQ(p.tp.remove(test_wait()), Status::ok);
+  // Someone else changed the code since prepare().
+  code.jcc().addr[0] = 0x90;
+  EXPECT_EQ(p.tp.install(test_wait()), Status::bad_bytes);
+  Tracepoint t;
+  EXPECT_EQ(Tracepoint::prepare(code.jcc().addr, 3, count_hit, nullptr, &t), Status::too_short);
+}
+
+TEST(Tracepoint, CodeOutsideWritableRangeIsRefused) {
+  // The test binary's own text: readable but never made writable through code_memory.
+  static const std::uint8_t kText[] = {0x48, 0x89, 0xE5, 0x48, 0x83, 0xEC, 0x10, 0xC3};
+  Tracepoint t;
+  ASSERT_EQ(
+      Tracepoint::prepare(const_cast<std::uint8_t*>(kText), sizeof kText, count_hit, nullptr, &t),
+      Status::ok);
+  EXPECT_EQ(t.install(test_wait()), Status::not_writable);
+}
+
+TEST(Tracepoint, PoolAccountsMemory) {
+  TestCode code;
+  const PoolStats s0 = pool_stats();
+  Prepared p(code.plus());
+  const PoolStats s = pool_stats();
+  EXPECT_EQ(s.trampolines, s0.trampolines + 1);
+  EXPECT_GT(s.body_bytes_used, s0.body_bytes_used);
+  EXPECT_GE(s.entry_bytes_used, s0.entry_bytes_used + 5);
+  EXPECT_LE(s.entry_bytes_used, s.entry_pages * 4096);
+  EXPECT_LE(s.body_bytes_used, s.body_bytes_mapped);
+}
+
+// Executors loop through the functions while the tracepoints are installed and removed:
+// zero faults (a fault kills the test binary), every result correct.
+TEST(Tracepoint, InstallRemoveUnderExecution) {
+  const auto red0 = trap::redirect_stats();
+  const test::StressResult r = test::run_stress(/*cycles=*/800, /*executors=*/1, /*batched=*/false);
+  const auto red1 = trap::redirect_stats();
+  std::printf("cycles %llu exposed %llu calls %llu wrong %llu redirected %llu reexecuted %llu\n",
+              (unsigned long long)r.cycles, (unsigned long long)r.exposed_cycles,
+              (unsigned long long)r.calls, (unsigned long long)r.wrong,
+              (unsigned long long)(red1.redirected - red0.redirected),
+              (unsigned long long)(red1.reexecuted - red0.reexecuted));
+  EXPECT_EQ(r.wrong, 0u);
+  EXPECT_EQ(r.cycles, 800u);
+  EXPECT_GT(r.calls, 0u);
+  EXPECT_GT(r.exposed_cycles, 0u);
+}
+
+TEST(Tracepoint, BatchedInstallRemoveUnderExecution) {
+  const test::StressResult r = test::run_stress(/*cycles=*/600, /*executors=*/1, /*batched=*/true);
+  EXPECT_EQ(r.wrong, 0u);
+  EXPECT_EQ(r.cycles, 600u);
+  EXPECT_GT(r.exposed_cycles, 0u);
+}
+
+TEST(Tracepoint, BatchRefusalWritesNothing) {
+  TestCode code;
+  std::vector<Tracepoint> tps(2);
+  ASSERT_EQ(Tracepoint::prepare(code.sum().addr, code.sum().size, count_hit, nullptr, &tps[0]),
+            Status::ok);
+  ASSERT_EQ(Tracepoint::prepare(code.jcc().addr, code.jcc().size, count_hit, nullptr, &tps[1]),
+            Status::ok);
+  std::uint8_t before[5];
+  std::memcpy(before, code.sum().addr, 5);
+  code.jcc().addr[1] ^= 0x01;  // changed behind the tracepoint's back
+  EXPECT_EQ(Tracepoint::install_all(tps, test_wait()), Status::bad_bytes);
+  EXPECT_EQ(std::memcmp(before, code.sum().addr, 5), 0);
+  EXPECT_FALSE(tps[0].is_installed());
+  code.jcc().addr[1] ^= 0x01;
+  ASSERT_EQ(Tracepoint::install_all(tps, test_wait()), Status::ok);
+  EXPECT_EQ(code.sum().fn()(4, 0), 10u);
+  EXPECT_EQ(code.jcc().fn()(4, 0), 5u);
+  ASSERT_EQ(Tracepoint::remove_all(tps, test_wait()), Status::ok);
+  EXPECT_EQ(std::memcmp(before, code.sum().addr, 5), 0);
+}
+
+}  // namespace
+}  // namespace crossmod::tp
