@@ -12,6 +12,7 @@ packages=(
   libfmt-dev libcli11-dev libtomlplusplus-dev libzydis-dev libhwloc-dev libboost-dev
   nlohmann-json3-dev
   python3 python3-matplotlib python3-numpy python3-pytest
+  sqlite3
 )
 
 missing=()
