@@ -65,19 +65,21 @@ const char* margin_rule_text() {
 
 std::vector<ControlVerdict> control_verdicts(const std::vector<ResultRow>& rows) {
   std::vector<ControlVerdict> out;
-  for (const char* proto : {"naive", "aligned", "callpatch", "sync-core"}) {
+  for (const ProtocolInfo& p : all_protocols()) {
+    if (p.role == ControlRole::none) continue;
+    const std::string proto = p.name;
     ControlVerdict v;
     v.protocol = proto;
-    v.positive = v.protocol == "naive";
+    v.positive = p.role == ControlRole::positive;
     for (const auto& r : rows) {
-      if (r.phase != "control" || r.protocol != proto) continue;
+      if (r.phase != to_string(Phase::control) || r.protocol != proto) continue;
       ++v.cells;
       v.toggles += r.toggles;
       v.exposed_toggles += r.exposed_toggles;
       v.failures += r.failures;
       v.crash_or_hang += (r.crash || r.hang) ? 1 : 0;
       v.low_exposure_cells += r.low_exposure ? 1 : 0;
-      if (r.outcome == "error" || r.outcome == "blind") ++v.inconclusive_cells;
+      if (r.outcome == to_string(Outcome::error) || r.outcome == to_string(Outcome::blind)) ++v.inconclusive_cells;
     }
     if (v.cells == 0) continue;
     const std::string low =
@@ -109,17 +111,11 @@ std::vector<ControlVerdict> control_verdicts(const std::vector<ResultRow>& rows)
   return out;
 }
 
-double ToggleRateModel::waits_per_toggle(Protocol p) const {
-  switch (p) {
-    case Protocol::wordpatch: return 2;
-    case Protocol::naive: return 1;
-    default: return 0;
-  }
-}
+double ToggleRateModel::waits_per_toggle(Protocol p) const { return info(p).waits_per_toggle; }
 
 void ToggleRateModel::add(const ResultRow& row) {
-  if (row.outcome != "ok" || row.toggles < 100) return;
-  const auto p = protocol_from_name(row.protocol);
+  if (row.outcome != to_string(Outcome::ok) || row.toggles < 100) return;
+  const auto p = try_parse_protocol(row.protocol);
   if (!p) return;
   const double per = row.duration_s / static_cast<double>(row.toggles) -
                      waits_per_toggle(*p) * static_cast<double>(row.wait_ticks) / tsc_hz_;
@@ -274,7 +270,7 @@ std::int64_t round_key(const ResultRow& r, std::size_t index) {
 std::set<std::int64_t> active_rounds(const std::vector<ResultRow>& rows) {
   std::set<std::int64_t> active;
   for (const auto& r : rows) {
-    if (r.phase == "sentinel" && r.round >= 0 && r.failed()) active.insert(r.round);
+    if (r.phase == to_string(Phase::sentinel) && r.round >= 0 && r.failed()) active.insert(r.round);
   }
   return active;
 }
@@ -283,15 +279,15 @@ std::map<std::uint64_t, WaitRounds> wait_rounds(const std::vector<ResultRow>& ro
   const std::set<std::int64_t> active = active_rounds(rows);
   std::map<std::int64_t, std::uint64_t> sentinel_tears;  // per round
   for (const auto& r : rows) {
-    if (r.phase == "sentinel" && r.round >= 0) sentinel_tears[r.round] += r.failures;
+    if (r.phase == to_string(Phase::sentinel) && r.round >= 0) sentinel_tears[r.round] += r.failures;
   }
   std::map<std::uint64_t, std::map<std::int64_t, WaitRounds::Round>> per;
   std::map<std::uint64_t, std::set<std::int64_t>> evidence_rounds;
   std::map<std::uint64_t, WaitRounds> out;
   for (std::size_t i = 0; i < rows.size(); ++i) {
     const ResultRow& r = rows[i];
-    if (r.protocol != "wordpatch") continue;
-    if (r.outcome == "error" || r.outcome == "blind") continue;
+    if (r.protocol != to_string(Protocol::wordpatch)) continue;
+    if (r.outcome == to_string(Outcome::error) || r.outcome == to_string(Outcome::blind)) continue;
     const std::int64_t key = round_key(r, i);
     const bool act = r.round >= 0 && active.count(r.round);
     WaitRounds& w = out[r.wait_ticks];
@@ -361,7 +357,7 @@ RoundWaits plan_round_waits(const std::vector<ResultRow>& rows, const CalibrateP
   RoundWaits out;
   std::set<std::uint64_t> failing, clean;
   for (const auto& r : rows) {
-    if (r.protocol != "wordpatch") continue;
+    if (r.protocol != to_string(Protocol::wordpatch)) continue;
     if (r.failed()) failing.insert(r.wait_ticks);
     else if (r.clean_evidence()) clean.insert(r.wait_ticks);
   }
@@ -486,7 +482,7 @@ CalibrateOutcome run_calibration(const SweepConfig& cfg, CalibrateEnv& env) {
   auto log = [&](const std::string& s) {
     if (env.log) env.log(s);
   };
-  auto make = [&](Protocol p, std::uint64_t w, unsigned s, unsigned off, const char* phase, unsigned round) {
+  auto make = [&](Protocol p, std::uint64_t w, unsigned s, unsigned off, Phase phase, unsigned round) {
     CellSpec spec;
     spec.protocol = p;
     spec.wait_ticks = w;
@@ -527,13 +523,13 @@ CalibrateOutcome run_calibration(const SweepConfig& cfg, CalibrateEnv& env) {
                                               sentinel);
     std::vector<CellSpec> cells;
     const unsigned nS = static_cast<unsigned>(straddles.size());
-    cells.push_back(make(Protocol::naive, k.control_wait_ticks, straddles[round % nS], 0, "control", round));
-    cells.push_back(make(Protocol::callpatch, k.control_wait_ticks, straddles[(round + 1) % nS], 0, "control", round));
-    cells.push_back(make(Protocol::sync_core, 0, straddles[(round + 2) % nS], 0, "control", round));
-    cells.push_back(make(Protocol::aligned, 0, 0, offsets[round % offsets.size()], "control", round));
-    cells.push_back(make(Protocol::wordpatch, sentinel, straddles[(round + 3) % nS], 0, "sentinel", round));
+    cells.push_back(make(Protocol::naive, k.control_wait_ticks, straddles[round % nS], 0, Phase::control, round));
+    cells.push_back(make(Protocol::callpatch, k.control_wait_ticks, straddles[(round + 1) % nS], 0, Phase::control, round));
+    cells.push_back(make(Protocol::sync_core, 0, straddles[(round + 2) % nS], 0, Phase::control, round));
+    cells.push_back(make(Protocol::aligned, 0, 0, offsets[round % offsets.size()], Phase::control, round));
+    cells.push_back(make(Protocol::wordpatch, sentinel, straddles[(round + 3) % nS], 0, Phase::sentinel, round));
     for (std::uint64_t w : plan.waits) {
-      const char* phase = plan.boundary && w >= *plan.boundary ? "confirm" : "search";
+      const Phase phase = plan.boundary && w >= *plan.boundary ? Phase::confirm : Phase::search;
       for (unsigned s : straddles) cells.push_back(make(Protocol::wordpatch, w, s, 0, phase, round));
     }
     std::mt19937_64 rng(env.seed * 0x9E3779B97F4A7C15ULL + round);
@@ -546,7 +542,7 @@ CalibrateOutcome run_calibration(const SweepConfig& cfg, CalibrateEnv& env) {
       size(spec);
       ++cell_no;
       const double before = env.elapsed_s();
-      auto row = env.run(spec, fmt::format("{} (round {}, {})", cell_no, round, spec.phase),
+      auto row = env.run(spec, fmt::format("{} (round {}, {})", cell_no, round, to_string(spec.phase)),
                          std::max(0.0, k.budget_s - before));
       if (!row) {
         out.interrupted = true;
@@ -642,7 +638,7 @@ std::vector<ResultRow> read_prior_rows(const std::string& dir, const std::string
       std::size_t n = 0;
       ++file_no;
       for (ResultRow& r : read_results_csv(csv)) {
-        if (r.protocol != "wordpatch") continue;
+        if (r.protocol != to_string(Protocol::wordpatch)) continue;
         if (r.round >= 0) r.round += file_no * kPriorRoundStride;
         rows.push_back(std::move(r));
         ++n;

@@ -36,29 +36,25 @@
 
 namespace crossmod::harness {
 
-const char* to_string(Protocol p) {
-  switch (p) {
-    case Protocol::wordpatch: return "wordpatch";
-    case Protocol::naive: return "naive";
-    case Protocol::callpatch: return "callpatch";
-    case Protocol::aligned: return "aligned";
-    case Protocol::sync_core: return "sync-core";
-    case Protocol::selftest_hang: return "selftest-hang";
-    case Protocol::selftest_crash: return "selftest-crash";
-    case Protocol::selftest_torn: return "selftest-torn";
-  }
-  return "?";
-}
+namespace {
+constexpr const char* kOutcomeNames[] = {"ok", "crash", "hang", "error", "blind"};
+constexpr const char* kPhaseNames[] = {"grid",     "search", "confirm",   "control",
+                                       "sentinel", "soak",   "crosscheck"};
+static_assert(std::size(kOutcomeNames) == static_cast<std::size_t>(Outcome::blind) + 1);
+static_assert(std::size(kPhaseNames) == static_cast<std::size_t>(Phase::crosscheck) + 1);
 
-Protocol parse_protocol(const std::string& name) {
-  std::string n = name;
-  std::replace(n.begin(), n.end(), '_', '-');
-  for (Protocol p : kAllProtocols) {
-    if (n == to_string(p)) return p;
-  }
-  throw std::invalid_argument("unknown protocol '" + name +
-                              "' (expected wordpatch, naive, callpatch, aligned or sync-core)");
+template <typename E, std::size_t N>
+std::optional<E> parse_enum(const char* const (&names)[N], std::string_view s) {
+  for (std::size_t i = 0; i < N; ++i)
+    if (s == names[i]) return static_cast<E>(i);
+  return std::nullopt;
 }
+}  // namespace
+
+const char* to_string(Outcome o) { return kOutcomeNames[static_cast<std::size_t>(o)]; }
+std::optional<Outcome> parse_outcome(std::string_view s) { return parse_enum<Outcome>(kOutcomeNames, s); }
+const char* to_string(Phase p) { return kPhaseNames[static_cast<std::size_t>(p)]; }
+std::optional<Phase> parse_phase(std::string_view s) { return parse_enum<Phase>(kPhaseNames, s); }
 
 namespace {
 
@@ -146,6 +142,7 @@ class Child {
   }
 
  private:
+  void phase(const char* p) { set_text(sh_->phase, sizeof sh_->phase, p); }
   void phase(const std::string& p) { set_text(sh_->phase, sizeof sh_->phase, p); }
 
   [[noreturn]] void finish(ChildState st, const std::string& note) {
@@ -231,19 +228,12 @@ class Child {
     struct rlimit no_core {0, 0};
     setrlimit(RLIMIT_CORE, &no_core);  // crashes are expected results, not debugging aids
     phase("setup");
-    if (spec_.protocol == Protocol::selftest_crash) {
-      phase("selftest-crash: abort()");
-      std::abort();
-    }
-    if (spec_.protocol == Protocol::selftest_hang) {
-      phase("selftest-hang: spinning forever");
-      for (;;) x86::pause();
-    }
+    proto_ = make_site_protocol(spec_);
+    proto_->enter([](void* self, const char* p) { static_cast<Child*>(self)->phase(p); }, this);
     std::string err;
     if (!topo_.bind_current_thread(asg_.patcher_pu, &err)) finish(kError, "patcher: " + err);
 
-    const bool aligned = spec_.protocol == Protocol::aligned;
-    const unsigned straddle = aligned ? 0 : spec_.straddle;
+    const unsigned straddle = info(spec_.protocol).in_one_line ? 0 : spec_.straddle;
     std::string why;
     site_ = StressSite::create(straddle, spec_.site_offset, &why);
     if (!site_) finish(kBlind, why);
@@ -264,23 +254,7 @@ class Child {
     }
 
     // The engine objects: constructed only now, after the handlers.
-    std::optional<WordPatcher> wp;
-    CallSite cs;
-    const std::uint64_t w = spec_.wait_ticks;
-    switch (spec_.protocol) {
-      case Protocol::wordpatch: wp.emplace(WaitPolicy::Ticks(w)); break;
-      case Protocol::sync_core: wp.emplace(WaitPolicy::SyncCore()); break;
-      case Protocol::aligned: wp.emplace(WaitPolicy::None(), InlineStore::plain); break;
-      case Protocol::callpatch: {
-        Status st = CallSite::prepare(site_->site(), site_->call_target(), &cs);
-        if (st != Status::ok) finish(kError, fmt::format("CallSite::prepare: {}", to_string(st)));
-        break;
-      }
-      default: break;
-    }
-    if (wp && wp->init_status() != Status::ok) {
-      finish(kError, fmt::format("WordPatcher init: {}", to_string(wp->init_status())));
-    }
+    if (std::string refused = proto_->prepare(*site_); !refused.empty()) finish(kError, refused);
 
     // Executors.
     phase("starting executors");
@@ -301,10 +275,7 @@ class Child {
     sh_->dwell.store(d);
     std::uint64_t win_toggles = 0, win_exposed = 0;
 
-    const auto a = site_->state_a();
-    const auto b = site_->state_b();
-    const unsigned s = straddle;
-    const unsigned torn_split = s ? s : 1;  // selftest-torn at S = 0 tears at byte 1
+    SiteProtocol& proto = *proto_;
     const trap::Stats trap0 = trap::stats();
     std::uint64_t toggles = 0, exposed = 0, failures = 0;
     std::uint64_t faults_seen = sum_faults();
@@ -313,28 +284,11 @@ class Child {
     phase("toggling");
     for (std::uint64_t i = 0; i < spec_.toggles; ++i) {
       const bool to_b = (i % 2) == 0;  // the site starts in A
-      const auto& next = to_b ? b : a;
       // The patch window: from the int3 store to the front store the patcher touches no
       // line an executor reads or writes (issue 9: the harness's own bookkeeping around
       // the int3 hid most tears). Everything it needs to know is sampled in the middle of
       // the dwell below.
-      switch (spec_.protocol) {
-        case Protocol::wordpatch:
-        case Protocol::sync_core:
-        case Protocol::aligned: last = wp->patch(site_->site(), next); break;
-        case Protocol::naive: last = naive_split_write(site_->site(), next, WaitPolicy::Ticks(w)); break;
-        case Protocol::callpatch: last = to_b ? cs.deactivate() : cs.activate(); break;
-        case Protocol::selftest_torn: {
-          // Deliberately torn, through the engine's in-line stores: even toggles leave
-          // "A front + B back" (a call into the PROT_NONE window: SIGSEGV), odd toggles
-          // "B front + A back" (#UD: SIGILL). Restored to A after the dwell.
-          const unsigned k = torn_split;
-          last = to_b ? x86::store_locked(site_->site() + k, std::span(b).subspan(k))
-                      : x86::store_locked(site_->site(), std::span(b).first(k));
-          break;
-        }
-        default: break;
-      }
+      last = proto.patch(to_b);
       ctl_.toggle_seq.store(i + 1, std::memory_order_release);
       // One sample per toggle, in the middle of the dwell, as far from both patches as the
       // dwell allows. Exposure: some executor completed a call (or faulted) between the
@@ -347,11 +301,7 @@ class Child {
       const std::uint64_t x1 = sum_activity();
       const std::uint64_t f1 = sum_faults();
       dwell(d - d / 2);
-      if (spec_.protocol == Protocol::selftest_torn && last == Status::ok) {
-        const unsigned k = torn_split;
-        last = to_b ? x86::store_locked(site_->site() + k, std::span(a).subspan(k))
-                    : x86::store_locked(site_->site(), std::span(a).first(k));
-      }
+      if (last == Status::ok) last = proto.restore(to_b);
       ++toggles;
       // A fault proves exposure too (an executor that faulted waits for the toggle to
       // complete and may show no activity in this dwell), and failures must stay a subset
@@ -408,6 +358,7 @@ class Child {
   const Topology& topo_;
   Shared* sh_;
   exec::Control ctl_;
+  std::unique_ptr<SiteProtocol> proto_;
   std::unique_ptr<StressSite> site_;
   std::vector<std::thread> threads_;
   std::string note_;
@@ -471,7 +422,7 @@ CellResult run_cell(const CellSpec& spec, const CellEnv& ctx) {
     if (!topo) topo = &fallback_topology();
     asg = topo->assign(spec.placement, spec.executors);
   } catch (const std::exception& e) {
-    r.outcome = "error";
+    r.outcome = Outcome::error;
     r.note = e.what();
     return r;
   }
@@ -484,9 +435,8 @@ CellResult run_cell(const CellSpec& spec, const CellEnv& ctx) {
       fmt::print(stderr, "crossmod: warning: {}\n", asg.warning);
     }
   }
-  if (spec.executors == 0 && spec.protocol != Protocol::selftest_hang &&
-      spec.protocol != Protocol::selftest_crash) {
-    r.outcome = "error";
+  if (spec.executors == 0 && info(spec.protocol).runs_site) {
+    r.outcome = Outcome::error;
     r.note = "a cell needs at least one executor";
     return r;
   }
@@ -509,7 +459,7 @@ CellResult run_cell(const CellSpec& spec, const CellEnv& ctx) {
   const std::size_t bytes = sizeof(Shared) + spec.executors * sizeof(exec::Counters);
   void* mem = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
   if (mem == MAP_FAILED) {
-    r.outcome = "error";
+    r.outcome = Outcome::error;
     r.note = fmt::format("mmap of the shared results block: {}", std::strerror(errno));
     return r;
   }
@@ -520,7 +470,7 @@ CellResult run_cell(const CellSpec& spec, const CellEnv& ctx) {
   std::fflush(stderr);
   const pid_t pid = fork();
   if (pid < 0) {
-    r.outcome = "error";
+    r.outcome = Outcome::error;
     r.note = fmt::format("fork: {}", std::strerror(errno));
     munmap(mem, bytes);
     return r;
@@ -578,25 +528,25 @@ CellResult run_cell(const CellSpec& spec, const CellEnv& ctx) {
   std::string note(sh->note);
   const int state = sh->state.load();
   if (hung) {
-    r.outcome = "hang";
+    r.outcome = Outcome::hang;
     note = fmt::format("no result within the {} s watchdog (child was in: {}); killed", spec.watchdog_s,
                        phase.empty() ? "?" : phase);
   } else if (WIFSIGNALED(status)) {
-    r.outcome = "crash";
+    r.outcome = Outcome::crash;
     const int sig = WTERMSIG(status);
     note = fmt::format("child killed by {} ({}) during {}", signal_name(sig), strsignal(sig),
                        phase.empty() ? "?" : phase);
   } else if (WIFEXITED(status) && WEXITSTATUS(status) != 0) {
-    r.outcome = "crash";
+    r.outcome = Outcome::crash;
     note = fmt::format("child exited with status {} during {}", WEXITSTATUS(status), phase);
   } else if (state == kBlind) {
-    r.outcome = "blind";
+    r.outcome = Outcome::blind;
   } else if (state == kError) {
-    r.outcome = "error";
+    r.outcome = Outcome::error;
   } else if (state == kOk) {
-    r.outcome = "ok";
+    r.outcome = Outcome::ok;
   } else {
-    r.outcome = "error";
+    r.outcome = Outcome::error;
     note = "child exited without a result during " + phase;
   }
   if (sh->first.ready.load(std::memory_order_acquire)) {

@@ -4,35 +4,31 @@
 // Thread safety: run_cell is called from one thread; not async-signal-safe.
 #pragma once
 #include <cstdint>
+#include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
+#include "protocol.hpp"
 #include "topology.hpp"
 
 namespace crossmod::harness {
 
-enum class Protocol {
-  wordpatch,   // engine WordPatcher, WaitPolicy::Ticks(wait_ticks)
-  naive,       // engine naive_split_write: front then back, no int3 (positive control)
-  callpatch,   // engine CallSite activate/deactivate (must never fail)
-  aligned,     // site inside one line at site_offset, one plain store (negative control)
-  sync_core,   // engine WordPatcher, WaitPolicy::SyncCore()
-  // Test-only, hidden from --help: exercise the watchdog and crash classification.
-  selftest_hang,    // the child never finishes: must be recorded as `hang`
-  selftest_crash,   // the child aborts: must be recorded as `crash`
-  selftest_torn,    // the patcher deliberately writes a torn mix and restores it every
-                    // toggle (even toggles A front + B back -> SIGSEGV in the PROT_NONE
-                    // window, odd toggles B front + A back -> SIGILL): faults are certain
-                    // and must be counted
+// What became of a cell. to_string gives the CSV's spelling.
+enum class Outcome {
+  ok,     // the child finished its toggles (failing toggles are counted, not an outcome)
+  crash,  // the child died of a signal or a non-zero exit
+  hang,   // the watchdog killed it
+  error,  // setup failed (bind, engine init, a protocol call returned an error)
+  blind,  // the site could not be built as asked (e.g. no page for the straddle)
 };
-// Every protocol, in CLI order; to_string gives the one spelling used everywhere (CLI,
-// presets, CSV).
-inline constexpr Protocol kAllProtocols[] = {
-    Protocol::wordpatch,     Protocol::naive,          Protocol::callpatch,
-    Protocol::aligned,       Protocol::sync_core,      Protocol::selftest_hang,
-    Protocol::selftest_crash, Protocol::selftest_torn};
-const char* to_string(Protocol p);
-Protocol parse_protocol(const std::string& name);  // throws std::invalid_argument
+const char* to_string(Outcome o);
+std::optional<Outcome> parse_outcome(std::string_view s);
+
+// Why a cell was run; written to the CSV so analyses can tell the phases apart.
+enum class Phase { grid, search, confirm, control, sentinel, soak, crosscheck };
+const char* to_string(Phase p);
+std::optional<Phase> parse_phase(std::string_view s);
 
 struct CellSpec {
   Protocol protocol = Protocol::wordpatch;
@@ -46,7 +42,7 @@ struct CellSpec {
   std::uint64_t dwell_ticks = 0;        // 0 = auto
   double watchdog_s = 30;               // per cell, wall clock
   std::uint64_t max_failures = 100;     // stop early after this many failing toggles
-  std::string phase = "grid";           // grid | search | confirm | control | sentinel | soak
+  Phase phase = Phase::grid;
   std::int64_t round = -1;              // interleaved round, -1 when the run has none
   bool sample_c2c = true;               // measure c2c between patcher and executor first
 };
@@ -58,7 +54,7 @@ inline constexpr double kLowExposureThreshold = 0.5;
 
 struct CellResult {
   CellSpec spec;
-  std::string outcome = "ok";   // ok | crash | hang | error | blind
+  Outcome outcome = Outcome::ok;
   std::string note;             // reason for crash/hang/error/blind, first fault detail
   std::uint64_t dwell_ticks = 0;        // the dwell actually used
   std::uint64_t toggles = 0;            // toggles performed

@@ -213,11 +213,11 @@ Run from_cell(const CellResult& c) {
   r.impl = "harness";
   r.toggles = c.toggles;
   r.exposed = c.exposed_toggles;
-  const bool died = c.outcome == "crash" || c.outcome == "hang";
+  const bool died = c.outcome == Outcome::crash || c.outcome == Outcome::hang;
   r.tears = std::max<std::uint64_t>(c.failures, died ? 1 : 0);
   r.executions = c.executions;
   r.duration_s = c.duration_s;
-  r.outcome = c.outcome;
+  r.outcome = to_string(c.outcome);
   r.dwell = c.dwell_ticks;
   r.state_a = c.state_a;
   r.state_b = c.state_b;
@@ -511,7 +511,7 @@ void run_crosscheck(const Args& a) {
           spec.dwell_ticks = a.dwell;
           spec.watchdog_s = watchdog_s;
           spec.max_failures = 0;  // no early stop: both run every toggle
-          spec.phase = "crosscheck";
+          spec.phase = Phase::crosscheck;
           CellEnv rc;
           rc.topology = &topo;
           r = from_cell(run_cell(spec, rc));

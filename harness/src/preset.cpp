@@ -71,8 +71,8 @@ const toml::array& get_array(const Ctx& c, const toml::node& n, const std::strin
 }
 
 Protocol protocol_or_fail(const std::string& name, const std::function<void(const std::string&)>& fail) {
-  if (auto p = protocol_from_name(name)) return *p;
-  fail(fmt::format("unknown protocol '{}' (known: wordpatch, naive, callpatch, aligned, sync-core)", name));
+  if (auto p = try_parse_protocol(name)) return *p;
+  fail(fmt::format("unknown protocol '{}' (known: {})", name, protocol_names()));
   return Protocol::wordpatch;  // not reached
 }
 
@@ -215,7 +215,7 @@ std::uint64_t SweepConfig::toggles_for(Protocol p) const {
   return it == protocol_toggles.end() ? toggles : it->second;
 }
 
-std::vector<CellSpec> SweepConfig::expand(const std::string& phase) const {
+std::vector<CellSpec> SweepConfig::expand(Phase phase) const {
   if (rounds > 0) {
     SweepConfig one = *this;
     one.rounds = 0;
@@ -241,7 +241,7 @@ std::vector<CellSpec> SweepConfig::expand(const std::string& phase) const {
         // aligned is the single-store negative control: always inside a line, at each
         // offset; every other protocol runs at each straddle.
         std::vector<std::pair<unsigned, unsigned>> sites;  // (straddle, offset)
-        if (p == Protocol::aligned) {
+        if (info(p).in_one_line) {
           for (unsigned off : aligned_offsets) sites.emplace_back(0u, off);
         } else {
           for (unsigned s : straddles) sites.emplace_back(s, 0u);
@@ -274,9 +274,9 @@ std::vector<CellSpec> SweepConfig::expand(const std::string& phase) const {
 
 std::string SweepConfig::config_key() const {
   std::vector<std::string> protos, places, ptog;
-  for (Protocol p : protocols) protos.emplace_back(protocol_name(p));
+  for (Protocol p : protocols) protos.emplace_back(to_string(p));
   for (Placement p : placements) places.emplace_back(placement_name(p));
-  for (const auto& [p, t] : protocol_toggles) ptog.push_back(fmt::format("{}={}", protocol_name(p), t));
+  for (const auto& [p, t] : protocol_toggles) ptog.push_back(fmt::format("{}={}", to_string(p), t));
   const auto& k = calibrate;
   return fmt::format(
       "v{};protocols={};waits={};straddles={};offsets={};executors={};placements={};reps={};{}"
@@ -291,10 +291,10 @@ std::string SweepConfig::config_key() const {
 
 std::string SweepConfig::to_json() const {
   std::vector<std::string> protos, places;
-  for (Protocol p : protocols) protos.emplace_back(protocol_name(p));
+  for (Protocol p : protocols) protos.emplace_back(to_string(p));
   for (Placement p : placements) places.emplace_back(placement_name(p));
   JsonObject ptog;
-  for (const auto& [p, t] : protocol_toggles) ptog.num(protocol_name(p), t);
+  for (const auto& [p, t] : protocol_toggles) ptog.num(to_string(p), t);
   auto nums = [](const auto& v) {
     std::string out(1, '[');
     out += join(v, ", ");
@@ -577,7 +577,7 @@ void validate(const SweepConfig& cfg) {
     }
   }
   if (cfg.aligned_offsets.empty() &&
-      std::find(cfg.protocols.begin(), cfg.protocols.end(), Protocol::aligned) != cfg.protocols.end()) {
+      std::any_of(cfg.protocols.begin(), cfg.protocols.end(), [](Protocol p) { return info(p).in_one_line; })) {
     throw UsageError("protocol aligned needs at least one aligned offset");
   }
   if (cfg.executors.empty()) throw UsageError("no executor counts to run");

@@ -78,7 +78,7 @@ struct SweepConfig {
   // grid evenly), then protocol, wait, straddle/offset, executors, placement. With
   // rounds > 0: rounds outermost instead of reps, each round shuffled (seeded by the
   // round index, so a resumed sweep plans the same cells).
-  std::vector<CellSpec> expand(const std::string& phase = "grid") const;
+  std::vector<CellSpec> expand(Phase phase = Phase::grid) const;
   // Canonical one-line text of everything that defines the cells (not the source path):
   // --resume only continues a file whose context has the same key.
   std::string config_key() const;

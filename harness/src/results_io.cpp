@@ -153,24 +153,9 @@ const std::string& results_csv_header_v1() {
   return header;
 }
 
-// The spellings live in to_string(Protocol) / to_string(Placement) (cell.cpp,
+// The spellings live in to_string(Protocol) / to_string(Placement) (protocol.cpp,
 // topology.cpp); the CSV and presets accept those and the C++ underscore spelling of the
-// two hyphenated names.
-const char* protocol_name(Protocol p) { return to_string(p); }
-
-std::optional<Protocol> protocol_from_name(std::string_view name) {
-  for (Protocol p : kAllProtocols) {
-    if (name == to_string(p)) return p;
-  }
-  if (name == "sync_core") return Protocol::sync_core;
-  return std::nullopt;
-}
-
-bool protocol_is_hidden(Protocol p) {
-  return p == Protocol::selftest_hang || p == Protocol::selftest_crash ||
-         p == Protocol::selftest_torn;
-}
-
+// hyphenated names.
 const char* placement_name(Placement p) { return to_string(p); }
 
 std::optional<Placement> placement_from_name(std::string_view name) {
@@ -184,8 +169,8 @@ std::optional<Placement> placement_from_name(std::string_view name) {
 ResultRow row_from_result(const CellResult& r, std::uint64_t cell_id, double tsc_hz) {
   ResultRow row;
   row.cell_id = cell_id;
-  row.phase = r.spec.phase;
-  row.protocol = protocol_name(r.spec.protocol);
+  row.phase = to_string(r.spec.phase);
+  row.protocol = to_string(r.spec.protocol);
   row.wait_ticks = r.spec.wait_ticks;
   row.wait_ns = tsc_hz > 0 ? static_cast<double>(r.spec.wait_ticks) * 1e9 / tsc_hz : 0;
   row.straddle = r.spec.straddle;
@@ -209,14 +194,14 @@ ResultRow row_from_result(const CellResult& r, std::uint64_t cell_id, double tsc
   row.sigsegv = r.sigsegv;
   row.sigbus = r.sigbus;
   row.stray_trap = r.stray_trap;
-  row.crash = r.outcome == "crash";
-  row.hang = r.outcome == "hang";
+  row.crash = r.outcome == Outcome::crash;
+  row.hang = r.outcome == Outcome::hang;
   row.failures = r.failures;
   // A child that died or hung failed at least once, whatever it managed to report.
   if ((row.crash || row.hang) && row.failures == 0) row.failures = 1;
   row.stopped_early = r.stopped_early;
   row.low_exposure = r.low_exposure;
-  row.outcome = r.outcome;
+  row.outcome = to_string(r.outcome);
   row.duration_s = r.duration_s;
   row.patcher_pu = r.patcher_pu;
   row.executor_pus = r.executor_pus;
@@ -375,9 +360,9 @@ std::string resume_key(const ResultRow& r) {
 }
 
 std::string resume_key(const CellSpec& s) {
-  return fmt::format("{}|{}|{}|{}|{}|{}|{}|{}", protocol_name(s.protocol), s.wait_ticks,
+  return fmt::format("{}|{}|{}|{}|{}|{}|{}|{}", to_string(s.protocol), s.wait_ticks,
                      s.straddle, s.straddle == 0 ? s.site_offset : 0u, s.executors,
-                     placement_name(s.placement), s.rep, s.phase);
+                     placement_name(s.placement), s.rep, to_string(s.phase));
 }
 
 ResultsWriter::ResultsWriter(const std::string& path, bool append_existing) : path_(path) {

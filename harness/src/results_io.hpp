@@ -114,14 +114,11 @@ struct ResultRow {
   bool failed() const { return failures > 0 || crash || hang; }
   // True when this row is evidence of zero failures: ran to completion, no failure, and
   // enough exposure to be trusted.
-  bool clean_evidence() const { return outcome == "ok" && !failed() && !low_exposure; }
+  bool clean_evidence() const { return outcome == to_string(Outcome::ok) && !failed() && !low_exposure; }
 };
 
-// CLI names, the ones written in the CSV. Protocol names are the sweep's own table (the
-// CSV schema is owned here, not by the runner).
-const char* protocol_name(Protocol p);
-std::optional<Protocol> protocol_from_name(std::string_view name);
-bool protocol_is_hidden(Protocol p);  // selftest-*
+// CLI names, the ones written in the CSV. Protocols are spelled by to_string(Protocol)
+// (protocol.hpp, the registry).
 const char* placement_name(Placement p);
 std::optional<Placement> placement_from_name(std::string_view name);
 

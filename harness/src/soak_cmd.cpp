@@ -136,7 +136,7 @@ void run_soak(const SoakArgs& a) {
   std::vector<ResultRow> rows = resumed_rows;
   std::uint64_t tears_at_w = 0;
   for (const auto& r : rows)
-    if (r.phase == "soak" && r.failed()) tears_at_w += r.failures;
+    if (r.phase == to_string(Phase::soak) && r.failed()) tears_at_w += r.failures;
   bool interrupted = false;
   for (std::int64_t round = first_round; elapsed() < for_s; ++round) {
     std::vector<CellSpec> cells;
@@ -146,13 +146,13 @@ void run_soak(const SoakArgs& a) {
       c.wait_ticks = w;
       c.straddle = s;
       c.executors = a.executors;
-      c.phase = "soak";
+      c.phase = Phase::soak;
       cells.push_back(c);
     }
     CellSpec sc = cells.front();
     sc.wait_ticks = sentinel;
     sc.straddle = cfg.straddles[static_cast<std::size_t>(round) % cfg.straddles.size()];
-    sc.phase = "sentinel";
+    sc.phase = Phase::sentinel;
     cells.push_back(sc);
     std::mt19937_64 rng(0x50A1ULL + static_cast<std::uint64_t>(round));
     std::shuffle(cells.begin(), cells.end(), rng);
@@ -164,7 +164,7 @@ void run_soak(const SoakArgs& a) {
       c.max_failures = 100;
       c.watchdog_s = std::max(30.0, 3 * model.seconds_for(c.protocol, c.wait_ticks, c.toggles) + 10);
       const double left = std::max(0.0, for_s - elapsed());
-      auto row = loop.run(c, fmt::format("round {} ({} at W={}, {} tears so far)", round, c.phase, c.wait_ticks,
+      auto row = loop.run(c, fmt::format("round {} ({} at W={}, {} tears so far)", round, to_string(c.phase), c.wait_ticks,
                                          tears_at_w),
                           left);
       if (!row) {
@@ -173,7 +173,7 @@ void run_soak(const SoakArgs& a) {
       }
       model.add(*row);
       rows.push_back(*row);
-      if (row->phase == "soak" && row->failed()) {
+      if (row->phase == to_string(Phase::soak) && row->failed()) {
         tears_at_w += row->failures;
         progress.message(fmt::format("soak: TEAR at W={} S={} in round {}: {} failing toggles ({})", w, row->straddle,
                                      round, row->failures, row->note));

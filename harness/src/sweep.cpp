@@ -147,10 +147,10 @@ double parse_duration(const std::string& text, const std::string& what) {
 }
 
 std::string describe_cell(const CellSpec& s) {
-  const std::string site = s.straddle == 0 && s.protocol == Protocol::aligned
+  const std::string site = s.straddle == 0 && info(s.protocol).in_one_line
                                ? fmt::format("off={}", s.site_offset)
                                : fmt::format("S={}", s.straddle);
-  return fmt::format("{} W={} {} N={} {} rep{}", protocol_name(s.protocol), s.wait_ticks, site,
+  return fmt::format("{} W={} {} N={} {} rep{}", to_string(s.protocol), s.wait_ticks, site,
                      s.executors, placement_name(s.placement), s.rep);
 }
 
@@ -212,7 +212,7 @@ std::optional<ResultRow> CellLoop::run(const CellSpec& spec, const std::string& 
   if (writer_) writer_->append(row);
   ++cells_run_;
   failures_ += row.failures;
-  if (progress_ && (row.crash || row.hang || row.outcome == "error" || row.outcome == "blind")) {
+  if (progress_ && (row.crash || row.hang || row.outcome == to_string(Outcome::error) || row.outcome == to_string(Outcome::blind))) {
     progress_->message(fmt::format("  cell {}: {} ({})", describe_cell(spec), row.outcome, row.note));
   }
   rows_.push_back(row);
@@ -228,7 +228,7 @@ void EtaModel::add(const ResultRow& row) {
 }
 
 std::optional<double> EtaModel::estimate(const CellSpec& spec) const {
-  const auto it = per_protocol_.find(protocol_name(spec.protocol));
+  const auto it = per_protocol_.find(to_string(spec.protocol));
   double s = seconds_, t = toggles_;
   if (it != per_protocol_.end() && it->second.second > 0) std::tie(s, t) = it->second;
   if (t <= 0) return std::nullopt;
@@ -263,7 +263,9 @@ CellResult run_cell_for(const CellSpec& spec, const CellEnv& ctx, bool inject_co
 
 std::vector<std::string> failed_negative_controls(const std::vector<ResultRow>& rows) {
   std::vector<std::string> out;
-  for (const char* proto : {"callpatch", "aligned", "sync-core"}) {
+  for (const ProtocolInfo& p : all_protocols()) {
+    if (p.role != ControlRole::negative) continue;
+    const std::string proto = p.name;
     std::uint64_t failures = 0, cells = 0;
     for (const auto& r : rows) {
       if (r.protocol != proto || !r.failed()) continue;

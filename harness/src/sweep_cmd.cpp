@@ -42,7 +42,7 @@ void run_sweep(const SweepArgs& a) {
   const Topology topo = Topology::load();
   const auto warnings = placement_warnings(cfg, topo);
   check_writable_dir(a.out, "output directory");
-  const std::vector<CellSpec> cells = cfg.expand("grid");
+  const std::vector<CellSpec> cells = cfg.expand(Phase::grid);
 
   std::optional<std::string> resume_csv;
   if (a.resume) {
