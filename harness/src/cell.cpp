@@ -31,6 +31,7 @@
 #include "crossmod/wordpatch.hpp"
 #include "crossmod/x86.hpp"
 #include "c2c.hpp"
+#include "dwell.hpp"
 #include "executor.hpp"
 #include "site.hpp"
 
@@ -60,25 +61,7 @@ namespace {
 
 // See cell.hpp: rates are per exposed toggle anyway; the flag says the evidence is thin.
 constexpr double kLowExposure = kLowExposureThreshold;
-// Auto dwell starts so that each executor could run the site about kDwellRuns times per
-// toggle (measured in a quiet warm-up, at least kMinDwellTicks), and at least
-// kSignalRounds int3 round trips long: an executor that hit the int3 or a fault spends
-// microseconds in the kernel's signal delivery, and with a shorter dwell it stays
-// phase-locked into the next toggle and sees nothing (observed here: 0.2% of toggles
-// exposed for wordpatch at a 1000-tick dwell). The dwell then doubles whenever fewer than
-// kAdaptTarget of the last kAdaptWindow toggles were exposed, at most kMaxGrowth times
-// the start and never above kMaxDwellTicks; dwell_ticks reports the final value. An
-// explicit spec.dwell_ticks is used as is. The growth is bounded because on a loaded
-// machine (observed here: other processes spinning on both PUs) executors are
-// descheduled for milliseconds at random, which no dwell fixes; the window is long
-// (~1024 toggles, several ms) so that one such gap does not halve its exposure.
-constexpr std::uint64_t kSignalRounds = 3;
-constexpr std::uint64_t kMaxGrowth = 4;
-constexpr std::uint64_t kDwellRuns = 20;
-constexpr std::uint64_t kMinDwellTicks = 1000;
-constexpr std::uint64_t kMaxDwellTicks = 2'000'000;
-constexpr std::uint64_t kAdaptWindow = 1024;
-constexpr double kAdaptTarget = kLowExposure;
+static_assert(dwell::kAdaptTarget == kLowExposure, "the dwell grows until toggles are no longer low-exposure");
 
 enum ChildState : int { kNone = 0, kOk = 1, kBlind = 2, kError = 3 };
 
@@ -183,25 +166,21 @@ class Child {
   }
 
   // Warm-up: how long one site call takes on the slowest executor, so the dwell lets each
-  // executor run the site ~kDwellRuns times per toggle.
+  // executor run the site ~dwell::kDwellRuns times per toggle.
   std::uint64_t auto_dwell() {
     const unsigned n = spec_.executors;
     std::vector<std::uint64_t> e0(n);
     for (unsigned i = 0; i < n; ++i) e0[i] = sh_->counters()[i].executions.load();
     const std::uint64_t t0 = x86::rdtsc();
     std::uint64_t slowest = 0;
-    for (int round = 0; round < 50; ++round) {
-      dwell(1'000'000);
+    for (int round = 0; round < dwell::kWarmupRounds; ++round) {
+      dwell(dwell::kWarmupRoundTicks);
       slowest = UINT64_MAX;
       for (unsigned i = 0; i < n; ++i)
         slowest = std::min(slowest, sh_->counters()[i].executions.load() - e0[i]);
-      if (slowest >= 1000) break;
+      if (slowest >= dwell::kWarmupCalls) break;
     }
-    const std::uint64_t elapsed = x86::rdtsc() - t0;
-    if (slowest == 0) return kMaxDwellTicks;  // some executor never ran: longest dwell
-    const std::uint64_t period = elapsed / slowest;
-    const std::uint64_t d = std::max(period * kDwellRuns, kSignalRounds * trap_cost_);
-    return std::clamp(d, kMinDwellTicks, kMaxDwellTicks);
+    return dwell::initial(x86::rdtsc() - t0, slowest, trap_cost_);
   }
 
   // Median ticks of one int3 trap taken and returned from on this thread, with a
@@ -224,12 +203,39 @@ class Child {
     return t[32];
   }
 
+  // The child, in the protocol's order: build the site, start the executors, pick the
+  // dwell, toggle.
   void body() {
     struct rlimit no_core {0, 0};
     setrlimit(RLIMIT_CORE, &no_core);  // crashes are expected results, not debugging aids
     phase("setup");
     proto_ = make_site_protocol(spec_);
     proto_->enter([](void* self, const char* p) { static_cast<Child*>(self)->phase(p); }, this);
+    setup_site();
+    start_executors();
+    phase("warm-up");
+    const bool adapt = spec_.dwell_ticks == 0;
+    dwell::Adapter dw(adapt ? auto_dwell() : spec_.dwell_ticks, adapt);
+    sh_->dwell.store(dw.ticks());
+    const trap::Stats trap0 = trap::stats();
+    phase("toggling");
+    const Status last = toggle_loop(dw, trap0);
+    phase("stopping executors");
+    stop_executors();
+    // Executors that were inside the trap handler at the last toggle finish there first.
+    const trap::Stats trap1 = trap::stats();
+    sh_->traps.store(trap1.locked_hits - trap0.locked_hits);
+    sh_->late_traps.store(trap1.late_hits - trap0.late_hits);
+    if (last != Status::ok) {
+      finish(kError, note_ + fmt::format("{} returned {} at toggle {}", to_string(spec_.protocol),
+                                         to_string(last), sh_->toggles.load()));
+    }
+    finish(kOk, note_);
+  }
+
+  // Site setup: bind the patcher, build the site, install our fault handlers, then let the
+  // protocol construct its engine objects.
+  void setup_site() {
     std::string err;
     if (!topo_.bind_current_thread(asg_.patcher_pu, &err)) finish(kError, "patcher: " + err);
 
@@ -255,8 +261,10 @@ class Child {
 
     // The engine objects: constructed only now, after the handlers.
     if (std::string refused = proto_->prepare(*site_); !refused.empty()) finish(kError, refused);
+  }
 
-    // Executors.
+  // Executor start: one thread per executor on its PU; returns once all reached their loop.
+  void start_executors() {
     phase("starting executors");
     ctl_.yield_when_idle = asg_.oversubscribed;
     for (unsigned i = 0; i < spec_.executors; ++i) {
@@ -267,23 +275,19 @@ class Child {
     if (ctl_.bind_failures.load() != 0) {
       finish(kError, fmt::format("{} executor(s) could not bind to their PU", ctl_.bind_failures.load()));
     }
+  }
 
-    phase("warm-up");
-    const bool adapt = spec_.dwell_ticks == 0;
-    std::uint64_t d = adapt ? auto_dwell() : spec_.dwell_ticks;
-    const std::uint64_t d_cap = std::min(kMaxDwellTicks, d * kMaxGrowth);
-    sh_->dwell.store(d);
-    std::uint64_t win_toggles = 0, win_exposed = 0;
-
+  // The toggle loop: patch, publish the toggle, dwell with one sample in its middle,
+  // restore, count. Returns the first non-ok status of the protocol (the loop stops there).
+  Status toggle_loop(dwell::Adapter& dw, const trap::Stats& trap0) {
     SiteProtocol& proto = *proto_;
-    const trap::Stats trap0 = trap::stats();
     std::uint64_t toggles = 0, exposed = 0, failures = 0;
     std::uint64_t faults_seen = sum_faults();
     std::uint64_t activity_seen = sum_activity();
     Status last = Status::ok;
-    phase("toggling");
     for (std::uint64_t i = 0; i < spec_.toggles; ++i) {
       const bool to_b = (i % 2) == 0;  // the site starts in A
+      const std::uint64_t d = dw.ticks();
       // The patch window: from the int3 store to the front store the patcher touches no
       // line an executor reads or writes (issue 9: the harness's own bookkeeping around
       // the int3 hid most tears). Everything it needs to know is sampled in the middle of
@@ -312,17 +316,7 @@ class Child {
       activity_seen = x1;
       if (was_exposed) ++exposed;
       if (failed) ++failures;
-      if (adapt) {
-        ++win_toggles;
-        win_exposed += was_exposed ? 1 : 0;
-        if (win_toggles == kAdaptWindow) {
-          if (static_cast<double>(win_exposed) < kAdaptTarget * kAdaptWindow && d < d_cap) {
-            d = std::min(2 * d, d_cap);
-            sh_->dwell.store(d, std::memory_order_relaxed);
-          }
-          win_toggles = win_exposed = 0;
-        }
-      }
+      if (dw.record(was_exposed)) sh_->dwell.store(dw.ticks(), std::memory_order_relaxed);
       // Patcher-only lines: the parent reads them after the child ends (or is killed).
       sh_->toggles.store(toggles, std::memory_order_relaxed);
       sh_->exposed.store(exposed, std::memory_order_relaxed);
@@ -340,17 +334,7 @@ class Child {
         break;
       }
     }
-    phase("stopping executors");
-    stop_executors();
-    // Executors that were inside the trap handler at the last toggle finish there first.
-    const trap::Stats trap1 = trap::stats();
-    sh_->traps.store(trap1.locked_hits - trap0.locked_hits);
-    sh_->late_traps.store(trap1.late_hits - trap0.late_hits);
-    if (last != Status::ok) {
-      finish(kError, note_ + fmt::format("{} returned {} at toggle {}", to_string(spec_.protocol),
-                                         to_string(last), toggles));
-    }
-    finish(kOk, note_);
+    return last;
   }
 
   const CellSpec& spec_;
