@@ -6,8 +6,8 @@
 
 #include <set>
 
-#include "cell.hpp"
-#include "topology.hpp"
+#include "cell/cell.hpp"
+#include "machine/topology.hpp"
 
 namespace crossmod::harness {
 namespace {

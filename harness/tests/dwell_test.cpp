@@ -2,7 +2,7 @@
 // doubling under low exposure.
 #include <gtest/gtest.h>
 
-#include "dwell.hpp"
+#include "cell/dwell.hpp"
 
 namespace crossmod::harness {
 namespace {

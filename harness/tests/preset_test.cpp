@@ -4,8 +4,8 @@
 
 #include <string>
 
-#include "commands.hpp"
-#include "preset.hpp"
+#include "commands/commands.hpp"
+#include "runs/preset.hpp"
 
 namespace crossmod::harness {
 namespace {

@@ -6,8 +6,8 @@
 #include <filesystem>
 #include <fstream>
 
-#include "results_io.hpp"
-#include "sweep.hpp"
+#include "results/results_io.hpp"
+#include "runs/sweep.hpp"
 
 namespace crossmod::harness {
 namespace {

@@ -3,7 +3,7 @@
 
 Usage: sweep_smoke.py CROSSMOD_BINARY TEST_NAME
 Each test uses its own temporary directory and checks files against the results schema
-(harness/src/results_io.hpp). Exit status 0 = pass; the failure reason is printed.
+(harness/src/results/results_io.hpp). Exit status 0 = pass; the failure reason is printed.
 """
 import csv
 import glob

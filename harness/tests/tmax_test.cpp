@@ -9,11 +9,11 @@
 
 #include <unistd.h>
 
-#include "calibrate.hpp"
+#include "runs/calibrate.hpp"
 #include "crossmod/tmax_config.hpp"
-#include "results_io.hpp"
-#include "stats.hpp"
-#include "sweep.hpp"
+#include "results/results_io.hpp"
+#include "results/stats.hpp"
+#include "runs/sweep.hpp"
 
 namespace crossmod::harness {
 namespace {
