@@ -19,16 +19,14 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <iterator>
 #include <new>
 #include <optional>
-#include <stdexcept>
 #include <thread>
 #include <vector>
 
-#include "crossmod/callpatch.hpp"
 #include "crossmod/machine.hpp"
 #include "crossmod/trap.hpp"
-#include "crossmod/wordpatch.hpp"
 #include "crossmod/x86.hpp"
 #include "machine/c2c.hpp"
 #include "cell/dwell.hpp"

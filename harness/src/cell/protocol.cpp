@@ -3,7 +3,6 @@
 #include "cell/protocol.hpp"
 
 #include <fmt/format.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <array>

@@ -34,7 +34,7 @@ struct TmaxDerivation {
   double failure_bound_95 = 1;                     // 1 - 0.05^(1/exposed)
 };
 TmaxDerivation derive_tmax(const std::vector<ResultRow>& rows,
-                           const std::string& protocol = "wordpatch");
+                           const std::string& protocol = to_string(Protocol::wordpatch));
 
 // Evidence accumulates across runs on one machine: the wordpatch rows of every other
 // sweep-*.csv in `dir` whose context JSON names machine `slug` (files that cannot be read
