@@ -172,7 +172,7 @@ def _clean_evidence(r: dict) -> bool:
 
 def tmax_from_cells(rows: list[dict], protocol: str = "wordpatch") -> dict:
     """Tmax_observed recomputed from result rows with the harness's rule (DESIGN.md
-    "Statistics and Tmax"; harness/src/calibrate.cpp derive_tmax): the smallest W with
+    "Statistics and Tmax"; harness/src/runs/calibrate.cpp derive_tmax): the smallest W with
     clean zero-failure evidence (outcome ok, no fault, not low exposure) above every W
     where any cell failed (fault, crash or hang), over all S, N and placements. Pass all
     rows: blind, error and low-exposure cells are never evidence, but their failures count.

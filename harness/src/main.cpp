@@ -8,7 +8,7 @@
 #include <cstdio>
 #include <exception>
 
-#include "commands.hpp"
+#include "commands/commands.hpp"
 
 int& crossmod::harness::exit_code() {
   static int code = 0;

@@ -4,8 +4,10 @@
 // assertions on timing.
 #include <gtest/gtest.h>
 
-#include "cell.hpp"
-#include "topology.hpp"
+#include <set>
+
+#include "cell/cell.hpp"
+#include "machine/topology.hpp"
 
 namespace crossmod::harness {
 namespace {
@@ -26,7 +28,7 @@ TEST(Cell, SelftestHangIsRecordedAsHang) {
   s.protocol = Protocol::selftest_hang;
   s.watchdog_s = 1;
   const CellResult r = run(s);
-  EXPECT_EQ(r.outcome, "hang") << r.note;
+  EXPECT_EQ(r.outcome, Outcome::hang) << r.note;
   EXPECT_NE(r.note.find("watchdog"), std::string::npos) << r.note;
 }
 
@@ -35,7 +37,7 @@ TEST(Cell, SelftestCrashIsRecordedAsCrash) {
   s.protocol = Protocol::selftest_crash;
   s.watchdog_s = 10;
   const CellResult r = run(s);
-  EXPECT_EQ(r.outcome, "crash") << r.note;
+  EXPECT_EQ(r.outcome, Outcome::crash) << r.note;
   EXPECT_NE(r.note.find("SIGABRT"), std::string::npos) << r.note;
 }
 
@@ -49,7 +51,7 @@ TEST(Cell, SelftestTornFaultsAreCountedForEveryStraddle) {
     s.watchdog_s = 30;
     const CellResult r = run(s);
     SCOPED_TRACE("S=" + std::to_string(st) + ": " + r.note);
-    EXPECT_EQ(r.outcome, "ok");
+    EXPECT_EQ(r.outcome, Outcome::ok);
     EXPECT_EQ(r.toggles, 2000u);
     EXPECT_GT(r.failures, 0u);
     // Both kinds of tear: "A front + B back" calls into PROT_NONE, "B front + A back" is #UD.
@@ -71,7 +73,7 @@ TEST(Cell, SelftestTornStopsEarlyAtMaxFailures) {
   s.toggles = 100000;
   s.max_failures = 10;
   const CellResult r = run(s);
-  EXPECT_EQ(r.outcome, "ok") << r.note;
+  EXPECT_EQ(r.outcome, Outcome::ok) << r.note;
   EXPECT_TRUE(r.stopped_early);
   EXPECT_EQ(r.failures, 10u);
   EXPECT_LT(r.toggles, 100000u);
@@ -87,7 +89,7 @@ TEST(Cell, CallpatchNeverFailsAtAnySplit) {
     s.watchdog_s = 50;
     const CellResult r = run(s);
     SCOPED_TRACE("S=" + std::to_string(st) + ": " + r.note);
-    EXPECT_EQ(r.outcome, "ok");
+    EXPECT_EQ(r.outcome, Outcome::ok);
     EXPECT_EQ(r.toggles, 200000u);
     EXPECT_EQ(r.failures, 0u);
     EXPECT_EQ(r.sigill + r.sigsegv + r.sigbus + r.stray_trap, 0u);
@@ -110,7 +112,7 @@ TEST(Cell, WordpatchWithGenerousWaitNeverFails) {
     s.watchdog_s = 50;
     const CellResult r = run(s);
     SCOPED_TRACE("S=" + std::to_string(st) + ": " + r.note);
-    EXPECT_EQ(r.outcome, "ok");
+    EXPECT_EQ(r.outcome, Outcome::ok);
     EXPECT_EQ(r.toggles, 2000u);
     EXPECT_EQ(r.failures, 0u);
     EXPECT_EQ(r.sigill + r.sigsegv + r.sigbus + r.stray_trap, 0u);
@@ -125,7 +127,7 @@ TEST(Cell, BlindSiteIsRecordedAsBlind) {
   s.straddle = 0;
   s.site_offset = 62;  // a 5-byte site cannot sit inside a line at offset 62
   const CellResult r = run(s);
-  EXPECT_EQ(r.outcome, "blind") << r.note;
+  EXPECT_EQ(r.outcome, Outcome::blind) << r.note;
   EXPECT_FALSE(r.note.empty());
   EXPECT_EQ(r.toggles, 0u);
 }
@@ -135,7 +137,7 @@ TEST(Cell, ImpossiblePlacementIsAnErrorNotAnException) {
   CellSpec s;
   s.placement = Placement::cross_package;
   const CellResult r = run(s);
-  EXPECT_EQ(r.outcome, "error");
+  EXPECT_EQ(r.outcome, Outcome::error);
   EXPECT_NE(r.note.find("cross-package"), std::string::npos) << r.note;
 }
 
@@ -147,6 +149,36 @@ TEST(Cell, ProtocolNamesRoundTrip) {
   }
   EXPECT_EQ(parse_protocol("sync_core"), Protocol::sync_core);
   EXPECT_THROW(parse_protocol("bogus"), std::invalid_argument);
+  EXPECT_FALSE(try_parse_protocol("bogus"));
+}
+
+// The registry: every protocol once, the controls calibrate needs, selftests hidden.
+TEST(Cell, ProtocolRegistry) {
+  std::set<Protocol> seen;
+  unsigned positive = 0, negative = 0;
+  for (const ProtocolInfo& p : all_protocols()) {
+    EXPECT_TRUE(seen.insert(p.id).second) << p.name;
+    EXPECT_EQ(&info(p.id), &p);
+    EXPECT_EQ(std::string(p.name).rfind("selftest-", 0) == 0, p.hidden) << p.name;
+    positive += p.role == ControlRole::positive;
+    negative += p.role == ControlRole::negative;
+  }
+  EXPECT_EQ(seen.size(), 8u);
+  EXPECT_EQ(positive, 1u);
+  EXPECT_EQ(negative, 3u);
+  EXPECT_EQ(protocol_names().find("selftest"), std::string::npos);
+}
+
+TEST(Cell, OutcomeAndPhaseNamesRoundTrip) {
+  for (Outcome o : {Outcome::ok, Outcome::crash, Outcome::hang, Outcome::error, Outcome::blind})
+    EXPECT_EQ(parse_outcome(to_string(o)), o);
+  for (Phase p : {Phase::grid, Phase::search, Phase::confirm, Phase::control, Phase::sentinel, Phase::soak,
+                  Phase::crosscheck})
+    EXPECT_EQ(parse_phase(to_string(p)), p);
+  EXPECT_EQ(std::string(to_string(Outcome::blind)), "blind");
+  EXPECT_EQ(std::string(to_string(Phase::sentinel)), "sentinel");
+  EXPECT_FALSE(parse_outcome("torn"));
+  EXPECT_FALSE(parse_phase("warmup"));
 }
 
 }  // namespace

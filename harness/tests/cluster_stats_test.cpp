@@ -2,7 +2,7 @@
 // false-positive rate and power, the zero-tear and i.i.d.-if-supported rules, and the
 // coverage of cluster_upper_bound against the i.i.d. Clopper-Pearson bound on synthetic
 // bursty data (fixed seeds, std::mt19937_64; the numbers are quoted in cluster_stats.hpp).
-#include "cluster_stats.hpp"
+#include "results/cluster_stats.hpp"
 
 #include <gtest/gtest.h>
 
@@ -12,7 +12,7 @@
 #include <random>
 #include <vector>
 
-#include "stats.hpp"
+#include "results/stats.hpp"
 
 namespace crossmod::harness::stats {
 namespace {

@@ -2,7 +2,7 @@
 """Smoke tests of `crossmod crosscheck` against the real binary (tiny counts).
 
 Usage: crosscheck_smoke.py CROSSMOD_BINARY TEST_NAME   (TEST_NAME: run | duration | bad_input)
-Checks the CSV against the schema documented in harness/src/crosscheck_cmd.cpp, the JSON
+Checks the CSV against the schema documented in harness/src/commands/crosscheck_cmd.cpp, the JSON
 summary, the interleaving, and that bad input exits 2 with one stderr line and no files.
 Never checks a tear rate. Exit status 0 = pass.
 """

@@ -4,8 +4,8 @@
 
 #include <string>
 
-#include "commands.hpp"
-#include "preset.hpp"
+#include "commands/commands.hpp"
+#include "runs/preset.hpp"
 
 namespace crossmod::harness {
 namespace {
@@ -65,7 +65,7 @@ TEST(Preset, ParsesAndExpands) {
       ++aligned;
       EXPECT_EQ(c.straddle, 0u);
     }
-    EXPECT_EQ(c.phase, "grid");
+    EXPECT_EQ(c.phase, Phase::grid);
   }
   EXPECT_EQ(aligned, 16);
   EXPECT_EQ(cells.front().rep, 0u);

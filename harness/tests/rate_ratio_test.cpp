@@ -5,7 +5,7 @@
 
 #include <cmath>
 
-#include "rate_ratio.hpp"
+#include "results/rate_ratio.hpp"
 
 namespace crossmod::harness::stats {
 namespace {

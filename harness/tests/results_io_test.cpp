@@ -6,8 +6,8 @@
 #include <filesystem>
 #include <fstream>
 
-#include "results_io.hpp"
-#include "sweep.hpp"
+#include "results/results_io.hpp"
+#include "runs/sweep.hpp"
 
 namespace crossmod::harness {
 namespace {
@@ -27,8 +27,8 @@ CellResult sample_result() {
   r.spec.executors = 2;
   r.spec.placement = Placement::cross_package;
   r.spec.rep = 3;
-  r.spec.phase = "confirm";
-  r.outcome = "crash";
+  r.spec.phase = Phase::confirm;
+  r.outcome = Outcome::crash;
   r.note = "child killed by SIGSEGV, \"odd\" note, with commas\nand a newline";
   r.dwell_ticks = 5000;
   r.toggles = 1000;
@@ -190,7 +190,7 @@ TEST(ResultsIo, ResumeKeyIsTheSameForSpecAndRow) {
   other.rep = 4;
   EXPECT_NE(resume_key(other), resume_key(row));
   other = r.spec;
-  other.phase = "search";
+  other.phase = Phase::search;
   EXPECT_NE(resume_key(other), resume_key(row));
   CellSpec aligned;
   aligned.protocol = Protocol::aligned;

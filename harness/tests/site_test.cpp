@@ -14,7 +14,7 @@
 #include "crossmod/callpatch.hpp"
 #include "crossmod/code_memory.hpp"
 #include "crossmod/x86.hpp"
-#include "site.hpp"
+#include "cell/site.hpp"
 
 namespace crossmod::harness {
 namespace {

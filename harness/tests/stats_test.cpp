@@ -3,7 +3,7 @@
 
 #include <cmath>
 
-#include "stats.hpp"
+#include "results/stats.hpp"
 
 namespace crossmod::harness::stats {
 namespace {

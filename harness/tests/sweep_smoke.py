@@ -3,7 +3,7 @@
 
 Usage: sweep_smoke.py CROSSMOD_BINARY TEST_NAME
 Each test uses its own temporary directory and checks files against the results schema
-(harness/src/results_io.hpp). Exit status 0 = pass; the failure reason is printed.
+(harness/src/results/results_io.hpp). Exit status 0 = pass; the failure reason is printed.
 """
 import csv
 import glob
@@ -322,7 +322,10 @@ def t_soak(out):
               f"round {rd} lacks an S")
     n1 = len(rows)
     # Resume continues the same file with later rounds, never repeating one.
-    p = run(base[:6] + ["6s"] + base[7:] + ["--resume"], timeout=120, expect=None)
+    # The resumed run counts the cells' time already spent, which on a loaded machine can
+    # exceed the first --for: give it a few seconds beyond what the file holds.
+    spent = sum(r["duration_s"] for r in rows)
+    p = run(base[:6] + [f"{spent + 4:.0f}s"] + base[7:] + ["--resume"], timeout=180, expect=None)
     check(p.returncode in (0, 1), f"resume exit {p.returncode}: {p.stderr}")
     _, rows2, _ = read_sweep(out)
     check(len(rows2) > n1 and rows2[:n1] == rows, "resume did not append")

@@ -9,11 +9,11 @@
 
 #include <unistd.h>
 
-#include "calibrate.hpp"
+#include "runs/calibrate.hpp"
 #include "crossmod/tmax_config.hpp"
-#include "results_io.hpp"
-#include "stats.hpp"
-#include "sweep.hpp"
+#include "results/results_io.hpp"
+#include "results/stats.hpp"
+#include "runs/sweep.hpp"
 
 namespace crossmod::harness {
 namespace {
@@ -204,8 +204,8 @@ TEST(Calibrate, EveryRoundHasSentinelControlsAndEveryWaitAtEveryStraddle) {
     std::map<std::uint64_t, std::set<unsigned>> straddles_at;
     std::string order;
     for (const auto& c : cells) {
-      ++kinds[c.phase + "/" + to_string(c.protocol)];
-      if (c.protocol == Protocol::wordpatch && c.phase != "sentinel") straddles_at[c.wait_ticks].insert(c.straddle);
+      ++kinds[std::string(to_string(c.phase)) + "/" + to_string(c.protocol)];
+      if (c.protocol == Protocol::wordpatch && c.phase != Phase::sentinel) straddles_at[c.wait_ticks].insert(c.straddle);
       order += describe_cell(c) + ";";
     }
     orders.insert(order.substr(order.find(';')));  // cell order, not only the first

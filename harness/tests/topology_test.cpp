@@ -8,9 +8,9 @@
 #include <stdexcept>
 #include <thread>
 
-#include "c2c.hpp"
-#include "sysinfo.hpp"
-#include "topology.hpp"
+#include "machine/c2c.hpp"
+#include "machine/sysinfo.hpp"
+#include "machine/topology.hpp"
 
 namespace crossmod::harness {
 namespace {
