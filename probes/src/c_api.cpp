@@ -80,5 +80,9 @@ int crossmod_probes_activate_all(crossmod_probe_fn fn, size_t* toggled) {
   return code(cp::activate_all(fn, toggled));
 }
 int crossmod_probes_deactivate_all(size_t* toggled) { return code(cp::deactivate_all(toggled)); }
+int crossmod_probes_attach_tracepoints(const char* pattern, const char* object_pattern,
+                                       size_t* new_probes, size_t* refused) {
+  return code(cp::attach_tracepoints(pattern, object_pattern, new_probes, refused));
+}
 
 }  // extern "C"

@@ -32,7 +32,12 @@ enum {
   CROSSMOD_PROBE_ENGINE_ERROR
 };
 enum { CROSSMOD_PROBE_ENTRY = 0, CROSSMOD_PROBE_EXIT = 1 };
-enum { CROSSMOD_PROVIDER_CYG = 0, CROSSMOD_PROVIDER_PATCHABLE = 1, CROSSMOD_PROVIDER_MANUAL = 2 };
+enum {
+  CROSSMOD_PROVIDER_CYG = 0,
+  CROSSMOD_PROVIDER_PATCHABLE = 1,
+  CROSSMOD_PROVIDER_MANUAL = 2,
+  CROSSMOD_PROVIDER_TRACEPOINT = 3
+};
 enum {
   CROSSMOD_STRATEGY_CALLPATCH = 0,
   CROSSMOD_STRATEGY_WORDPATCH_SYNC = 1,
@@ -68,6 +73,8 @@ int crossmod_probes_activate_matching(const char* pattern, crossmod_probe_fn fn,
 int crossmod_probes_deactivate_matching(const char* pattern, size_t* toggled);
 int crossmod_probes_activate_all(crossmod_probe_fn fn, size_t* toggled);
 int crossmod_probes_deactivate_all(size_t* toggled);
+int crossmod_probes_attach_tracepoints(const char* pattern, const char* object_pattern,
+                                       size_t* new_probes, size_t* refused);
 
 #ifdef __cplusplus
 }

@@ -45,6 +45,7 @@ enum class Provider : std::uint8_t {
   cyg = CROSSMOD_PROVIDER_CYG,              // -finstrument-functions hooks, start on
   patchable = CROSSMOD_PROVIDER_PATCHABLE,  // -fpatchable-function-entry sleds, start off
   manual = CROSSMOD_PROVIDER_MANUAL,        // register_entry_site (tests, JITs)
+  tracepoint = CROSSMOD_PROVIDER_TRACEPOINT,  // unmodified code: jump with embedded int3
 };
 enum class Strategy : std::uint8_t {
   callpatch = CROSSMOD_STRATEGY_CALLPATCH,            // wait-free, one line per toggle
@@ -122,5 +123,14 @@ std::uint64_t wait_ticks() noexcept;  // loads the config on first use
 // Batch forms over explicit ids (e.g. a profiler's probe set): no scan of the table.
 Status activate_many(const ProbeId* ids, std::size_t n, ProbeFn fn) noexcept;
 Status deactivate_many(const ProbeId* ids, std::size_t n) noexcept;
+
+// Tracepoint provider (unmodified binaries, no compiler flags): an entry probe at every
+// function of the loaded ELF objects (.symtab when present, .dynsym otherwise) whose
+// demangled name matches fnmatch(3) `pattern` and whose object path matches
+// `object_pattern` (nullptr: any object), and an exit probe for each by return-address
+// redirection. Probes start off. `new_probes` (optional) receives the number of probes
+// made, `refused` (optional) the number of functions the relocator refused.
+Status attach_tracepoints(const char* pattern, const char* object_pattern,
+                          std::size_t* new_probes = nullptr, std::size_t* refused = nullptr) noexcept;
 
 }  // namespace crossmod::probes
