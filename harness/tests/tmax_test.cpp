@@ -524,3 +524,39 @@ TEST(PriorRows, PoolsWordpatchRowsOfThisMachineOnly) {
 }
 
 }  // namespace crossmod::harness
+
+namespace crossmod::harness {
+namespace {
+
+TEST(ToggleRateModel, SizeCellFillsTheSlotWithinTheParamsAndProbesUnknownProtocolsSmall) {
+  const double hz = 1e9;
+  ToggleRateModel model(hz);
+  CalibrateParams k;
+  k.min_toggles = 1000;
+  k.max_toggles = 1000000;
+  k.probe_toggles = 5000;
+  CellSpec spec;
+  spec.protocol = Protocol::wordpatch;
+  spec.wait_ticks = 1000;  // 2 waits per toggle: 2 us
+  model.size_cell(&spec, 10.0, k, 30.0);
+  EXPECT_EQ(spec.toggles, 5000u);  // unknown rate: at most probe_toggles
+  EXPECT_GE(spec.watchdog_s, 30.0);
+
+  // 1 s for 100000 toggles at W=1000: 10 us per toggle, of which 2 us are waits.
+  ResultRow r;
+  r.protocol = "wordpatch";
+  r.wait_ticks = 1000;
+  r.toggles = 100000;
+  r.duration_s = 1.0;
+  model.add(r);
+  model.size_cell(&spec, 0.5, k, 30.0);
+  EXPECT_NEAR(static_cast<double>(spec.toggles), (0.5 - model.overhead_s()) / 10e-6, 2.0);
+  model.size_cell(&spec, 1e6, k, 30.0);
+  EXPECT_EQ(spec.toggles, k.max_toggles);
+  EXPECT_NEAR(spec.watchdog_s, 3 * model.seconds_for(Protocol::wordpatch, 1000, k.max_toggles) + 10, 1e-9);
+  model.size_cell(&spec, 1e-6, k, 30.0);
+  EXPECT_EQ(spec.toggles, k.min_toggles);
+}
+
+}  // namespace
+}  // namespace crossmod::harness

@@ -159,10 +159,8 @@ void run_soak(const SoakArgs& a) {
     for (CellSpec& c : cells) {
       c.rep = static_cast<unsigned>(round);
       c.round = round;
-      c.toggles = model.knows(c.protocol) ? model.toggles_for(c.protocol, c.wait_ticks, a.cell_s, 2000, 200000000)
-                                          : 20000;
+      model.size_cell(&c, a.cell_s, cfg.calibrate, 30.0);
       c.max_failures = 100;
-      c.watchdog_s = std::max(30.0, 3 * model.seconds_for(c.protocol, c.wait_ticks, c.toggles) + 10);
       const double left = std::max(0.0, for_s - elapsed());
       auto row = loop.run(c, fmt::format("round {} ({} at W={}, {} tears so far)", round, to_string(c.phase), c.wait_ticks,
                                          tears_at_w),

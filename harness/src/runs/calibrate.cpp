@@ -154,6 +154,13 @@ double ToggleRateModel::seconds_for(Protocol p, std::uint64_t w, std::uint64_t t
   return overhead_s_ + per * static_cast<double>(toggles);
 }
 
+void ToggleRateModel::size_cell(CellSpec* spec, double slot_s, const CalibrateParams& k,
+                                double watchdog_floor_s) const {
+  const std::uint64_t n = toggles_for(spec->protocol, spec->wait_ticks, slot_s, k.min_toggles, k.max_toggles);
+  spec->toggles = knows(spec->protocol) ? n : std::min(k.probe_toggles, n);
+  spec->watchdog_s = std::max(watchdog_floor_s, 3 * seconds_for(spec->protocol, spec->wait_ticks, spec->toggles) + 10);
+}
+
 std::uint64_t ToggleRateModel::toggles_for(Protocol p, std::uint64_t w, double slot_s,
                                            std::uint64_t min_toggles,
                                            std::uint64_t max_toggles) const {
@@ -505,14 +512,7 @@ CalibrateOutcome run_calibration(const SweepConfig& cfg, CalibrateEnv& env) {
     spec.max_failures = cfg.max_failures;
     return spec;
   };
-  auto size = [&](CellSpec& spec) {
-    spec.toggles = model.knows(spec.protocol)
-                       ? model.toggles_for(spec.protocol, spec.wait_ticks, k.cell_s, k.min_toggles, k.max_toggles)
-                       : std::min(k.probe_toggles, model.toggles_for(spec.protocol, spec.wait_ticks, k.cell_s,
-                                                                     k.min_toggles, k.max_toggles));
-    spec.watchdog_s =
-        std::max(cfg.watchdog_s, 3 * model.seconds_for(spec.protocol, spec.wait_ticks, spec.toggles) + 10);
-  };
+  auto size = [&](CellSpec& spec) { model.size_cell(&spec, k.cell_s, k, cfg.watchdog_s); };
   // Planning sees earlier runs of this machine: a W that tore there is not a boundary.
   auto all_rows = [&]() {
     std::vector<ResultRow> all = env.prior_rows;

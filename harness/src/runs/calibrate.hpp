@@ -199,6 +199,10 @@ class ToggleRateModel {
   std::uint64_t toggles_for(Protocol p, std::uint64_t wait_ticks, double slot_s,
                             std::uint64_t min_toggles, std::uint64_t max_toggles) const;
   double seconds_for(Protocol p, std::uint64_t wait_ticks, std::uint64_t toggles) const;
+  // Sizes a cell to fill `slot_s` seconds (k's min/max toggles; probe_toggles at most while
+  // the protocol's rate is unknown) and sets its watchdog to 3x the expected time + 10 s,
+  // at least `watchdog_floor_s`. Calibrate and soak size their cells with this.
+  void size_cell(CellSpec* spec, double slot_s, const CalibrateParams& k, double watchdog_floor_s) const;
   // Wall time of a cell beyond its own duration_s (fork, setup, dwell warm-up); learned.
   void add_overhead(double seconds);
   double overhead_s() const { return overhead_s_; }
