@@ -218,7 +218,9 @@ def failure_rate(sweep: Sweep, machine: Machine, tmax: Optional[TmaxConfig], out
     if sweep_tmax["observed_ticks"] is not None:
         claim = (f"wordpatch at W ≥ {sweep_tmax['observed_ticks']} ticks ({sweep.scope}): 0 failures in "
                  f"{sweep_tmax['exposed_at_or_above']:,} exposed toggles,\n"
-                 f"p < {_fmt_p(sweep_tmax['failure_bound_95'])} per exposed toggle at 95% confidence")
+                 f"< {_fmt_p(sweep_tmax['cluster_bound_95'])} of {sweep_tmax['cluster_unit']} tear at 95% "
+                 f"({sweep_tmax['clusters_at_or_above']} {sweep_tmax['cluster_unit']}; "
+                 f"p < {_fmt_p(sweep_tmax['failure_bound_95'])} per toggle only if toggles were independent)")
     elif sweep_tmax["above_tested_range"]:
         claim = (f"failures up to the largest tested wait ({sweep_tmax['max_failing_ticks']} ticks): "
                  "Tmax lies above the tested range")
@@ -404,7 +406,8 @@ def controls(sweep: Sweep, machine: Machine, out_dir: Path, svg: bool = True) ->
         if fails:
             summary = f"{fails:,} failures in {exposed:,} exposed"
         else:
-            summary = f"0 in {exposed:,} exposed, p < {_fmt_p(stats.zero_failure_upper_bound(exposed))} at 95%"
+            summary = (f"0 in {exposed:,} exposed, p < {_fmt_p(stats.zero_failure_upper_bound(exposed))} "
+                       "if toggles were independent")
         color = aligned_colors.get(series, PROTOCOL_COLORS.get(series, "#333333"))
         _rate_series(ax, sub, "x", color, f"{series}: {summary}", floor, band=False,
                      x_offset=(k - (len(present) - 1) / 2) * width,

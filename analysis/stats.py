@@ -170,6 +170,22 @@ def _clean_evidence(r: dict) -> bool:
     return r["outcome"] == "ok" and not _failed(r) and not r["low_exposure"]
 
 
+def clusters(rows: list[dict]) -> tuple[int, str]:
+    """Independent units among rows: the distinct rounds when the rows carry them (schema 2,
+    round >= 0), otherwise the cells. Tears come in bursts, so toggles are not independent;
+    rounds (or cells) are the units a bound may treat as independent."""
+    rounds = {r.get("round", -1) for r in rows if r.get("round", -1) is not None and r.get("round", -1) >= 0}
+    if rounds:
+        return len(rounds), "rounds"
+    return len(rows), "cells"
+
+
+def zero_failure_cluster_bound(n_clusters: int, confidence: float = CONFIDENCE) -> float | None:
+    """With no failing cluster among n, the one-sided upper bound on the fraction of
+    clusters that fail (Clopper-Pearson, clusters as the trials); None for n = 0."""
+    return zero_failure_upper_bound(n_clusters, confidence) if n_clusters > 0 else None
+
+
 def tmax_from_cells(rows: list[dict], protocol: str = "wordpatch") -> dict:
     """Tmax_observed recomputed from result rows with the harness's rule (DESIGN.md
     "Statistics and Tmax"; harness/src/runs/calibrate.cpp derive_tmax): the smallest W with
@@ -184,7 +200,8 @@ def tmax_from_cells(rows: list[dict], protocol: str = "wordpatch") -> dict:
     result = {"observed_ticks": None, "observed_ns": None, "waits_tested": len({r["wait_ticks"] for r in cells}),
               "max_failing_ticks": failing[-1] if failing else None,
               "cells_at_or_above": 0, "exposed_at_or_above": 0, "toggles_at_or_above": 0,
-              "failure_bound_95": None, "above_tested_range": False}
+              "failure_bound_95": None, "above_tested_range": False,
+              "clusters_at_or_above": 0, "cluster_unit": "rounds", "cluster_bound_95": None}
     above = [w for w in evidence if not failing or w > failing[-1]]
     if not above:
         result["above_tested_range"] = bool(failing)
@@ -197,4 +214,6 @@ def tmax_from_cells(rows: list[dict], protocol: str = "wordpatch") -> dict:
                   cells_at_or_above=len(tail), exposed_at_or_above=exposed,
                   toggles_at_or_above=sum(r["toggles"] for r in tail),
                   failure_bound_95=zero_failure_upper_bound(exposed))
+    n, unit = clusters(tail)
+    result.update(clusters_at_or_above=n, cluster_unit=unit, cluster_bound_95=zero_failure_cluster_bound(n))
     return result

@@ -79,6 +79,20 @@ def test_tmax_from_cells():
     assert t["observed_ticks"] == 400 and t["max_failing_ticks"] == 300
     assert t["exposed_at_or_above"] == 10_000
     assert t["failure_bound_95"] == pytest.approx(stats.zero_failure_upper_bound(10_000))
+    # No rounds in these rows: the cells are the independent units, 2 of them at or above.
+    assert (t["clusters_at_or_above"], t["cluster_unit"]) == (2, "cells")
+    assert t["cluster_bound_95"] == pytest.approx(stats.zero_failure_upper_bound(2))
+
+
+def test_zero_failure_bounds_count_rounds_not_toggles():
+    # Three rounds of four cells each: three independent units, however many toggles.
+    rows = [dict(_cell("wordpatch", 400, 0, 10**7), round=k // 4) for k in range(12)]
+    assert stats.clusters(rows) == (3, "rounds")
+    assert stats.zero_failure_cluster_bound(3) == pytest.approx(1 - 0.05 ** (1 / 3))
+    assert stats.zero_failure_cluster_bound(0) is None
+    t = stats.tmax_from_cells(rows)
+    assert t["clusters_at_or_above"] == 3 and t["cluster_bound_95"] > 0.6
+    assert t["failure_bound_95"] < 1e-6   # what the i.i.d. reading would claim
 
 
 def test_tmax_evidence_rules_match_the_harness():
