@@ -260,16 +260,12 @@ void run_calibrate(const CalibrateArgs& a) {
   const std::string results_rel = csv_path;
   if (out.negative_control_failed) {
     sum.status = "negative-control-failed";
-    fmt::print(stderr, "\n");
-    fmt::print(stderr, "calibrate: ************************************************************\n");
-    fmt::print(stderr, "calibrate: A NEGATIVE CONTROL FAILED. Protocols that must never fail did:\n");
+    std::vector<std::string> failed;
     for (const auto& c : out.controls) {
-      if (!c.positive && !c.ok) fmt::print(stderr, "calibrate:   {}: {}\n", c.protocol, c.verdict);
+      if (!c.positive && !c.ok) failed.push_back(fmt::format("{}: {}", c.protocol, c.verdict));
     }
-    fmt::print(stderr, "calibrate: The engine, the harness or this machine is broken; a Tmax measured\n");
-    fmt::print(stderr, "calibrate: here would mean nothing. NO Tmax config was written.\n");
-    fmt::print(stderr, "calibrate: Details: {} and {}\n", csv_path, calib_json);
-    fmt::print(stderr, "calibrate: ************************************************************\n");
+    print_negative_control_banner("calibrate", failed, "a Tmax measured here would mean nothing. NO Tmax config was written.",
+                                  fmt::format("{} and {}", csv_path, calib_json));
     write_file_atomic(calib_json, render_calibrate_json(sum, out, v, this_run, results_rel, tmax_path, false, ctx));
     exit_code() = 1;
     return;

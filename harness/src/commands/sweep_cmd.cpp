@@ -122,9 +122,7 @@ void run_sweep(const SweepArgs& a) {
   // A negative control must never fail; when one does, nothing else this sweep measured
   // can be trusted, and scripts must see it.
   if (const auto bad = failed_negative_controls(loop.rows()); !bad.empty()) {
-    fmt::print(stderr, "sweep: A NEGATIVE CONTROL FAILED (protocols that must never fail did):\n");
-    for (const auto& b : bad) fmt::print(stderr, "sweep:   {}\n", b);
-    fmt::print(stderr, "sweep: the engine, the harness or this machine is broken; details in {}\n", csv_path);
+    print_negative_control_banner("sweep", bad, "nothing else this sweep measured can be trusted.", csv_path);
     exit_code() = 1;
   }
 }

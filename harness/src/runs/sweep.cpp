@@ -261,6 +261,15 @@ CellResult run_cell_for(const CellSpec& spec, const CellEnv& ctx, bool inject_co
   return r;
 }
 
+void print_negative_control_banner(const std::string& command, const std::vector<std::string>& failed,
+                                   const std::string& consequence, const std::string& details) {
+  const std::string rule(60, '*');
+  fmt::print(stderr, "\n{0}: {1}\n{0}: A NEGATIVE CONTROL FAILED. Protocols that must never fail did:\n", command, rule);
+  for (const auto& f : failed) fmt::print(stderr, "{}:   {}\n", command, f);
+  fmt::print(stderr, "{0}: The engine, the harness or this machine is broken; {1}\n", command, consequence);
+  fmt::print(stderr, "{0}: Details: {1}\n{0}: {2}\n", command, details, rule);
+}
+
 std::vector<std::string> failed_negative_controls(const std::vector<ResultRow>& rows) {
   std::vector<std::string> out;
   for (const ProtocolInfo& p : all_protocols()) {

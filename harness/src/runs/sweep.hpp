@@ -104,6 +104,11 @@ CellResult run_cell_for(const CellSpec& spec, const CellEnv& ctx, bool inject_co
 // Negative controls (callpatch, aligned, sync-core) that failed in `rows`, one line each
 // ("callpatch: 3 failing toggles in 2 cells"); empty when none did.
 std::vector<std::string> failed_negative_controls(const std::vector<ResultRow>& rows);
+// The banner sweep and calibrate print on stderr when a negative control failed: every
+// line prefixed with "<command>: ", the failed controls, what was (not) written, where the
+// details are.
+void print_negative_control_banner(const std::string& command, const std::vector<std::string>& failed,
+                                   const std::string& consequence, const std::string& details);
 
 // The stdout summary of a set of rows: one line per protocol x wait, with cells, toggles,
 // exposed toggles, failures, crash/hang, rate and its 95% interval.
