@@ -10,9 +10,11 @@
 //   CROSSMOD_PROBES_TRACE_OBJECT=PATTERN  only in objects whose path matches
 //   CROSSMOD_PROBES_TRACE_EXIT=1  also their exit probes (calls and mean ticks per call)
 //   CROSSMOD_PROBES_TRACE_JUMP_ONLY=1  no trap-mode fallback (those functions are refused)
+//   CROSSMOD_PROBES_TRACE_REFUSED=FILE  the refused functions and why (tracepoint_refusals)
 //   CROSSMOD_PROBES_OUT=FILE      the report goes to FILE instead of stderr
 // Thread safety: the counting probe is one relaxed atomic add (no lock, no allocation).
 #include <fnmatch.h>
+#include <time.h>
 
 #include <algorithm>
 #include <atomic>
@@ -32,6 +34,14 @@ std::atomic<std::uint64_t> g_ticks[kMaxProbes];  // exit probes: sum of duration
 const char* g_off = nullptr;
 const char* g_on = nullptr;
 bool g_tracing = false;
+std::uint64_t g_tsc0 = 0;  // TSC and CLOCK_MONOTONIC at start: the TSC rate over the run
+double g_ns0 = 0;
+
+double now_ns() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<double>(ts.tv_sec) * 1e9 + static_cast<double>(ts.tv_nsec);
+}
 std::size_t g_trace_refused = 0;
 
 void count_hit(ProbeId id, std::uint64_t) { g_hits[id].fetch_add(1, std::memory_order_relaxed); }
@@ -99,18 +109,24 @@ void report_tracepoints(FILE* out) {
                "# crossmod probes: tracepoints on %zu functions (%zu jump, %zu trap-mode), %zu "
                "refused, %llu calls\n",
                traced, traced - trap, trap, g_trace_refused, static_cast<unsigned long long>(total));
+  const double ns = now_ns() - g_ns0;
+  const double ticks_per_ns = ns > 0 ? static_cast<double>(x86::rdtsc() - g_tsc0) / ns : 0;
+  std::fprintf(out, "# TSC %.3f ticks/ns (measured over the run); mean_ns = mean_ticks / that\n",
+               ticks_per_ns);
   std::sort(rows.begin(), rows.end(), [](const Row& a, const Row& b) {
     return a.calls != b.calls ? a.calls > b.calls : std::string(a.entry.name) < b.entry.name;
   });
   std::fprintf(out, "%12s  %-4s  %s  %s  %s\n", "calls", "mode", "function", "object",
-               "[exits mean_ticks]");
+               "[exits mean_ticks mean_ns]");
   for (const Row& r : rows) {
     if (r.calls == 0 && r.exits == 0) continue;
     std::fprintf(out, "%12llu  %-4s  %s  %s", static_cast<unsigned long long>(r.calls),
                  r.trap ? "trap" : "jump", r.entry.name, r.entry.object);
-    if (r.exits != 0)
-      std::fprintf(out, "  %llu %.1f", static_cast<unsigned long long>(r.exits),
-                   static_cast<double>(r.ticks) / static_cast<double>(r.exits));
+    if (r.exits != 0) {
+      const double mean = static_cast<double>(r.ticks) / static_cast<double>(r.exits);
+      std::fprintf(out, "  %llu %.1f %.1f", static_cast<unsigned long long>(r.exits), mean,
+                   ticks_per_ns > 0 ? mean / ticks_per_ns : 0.0);
+    }
     std::fputc('\n', out);
   }
 }
@@ -131,6 +147,16 @@ void report() {
   }
   if (g_tracing) report_tracepoints(out);
   if (out != stderr) std::fclose(out);
+  const char* rpath = std::getenv("CROSSMOD_PROBES_TRACE_REFUSED");
+  if (g_tracing && rpath != nullptr && *rpath != '\0') {
+    if (FILE* r = std::fopen(rpath, "we")) {
+      std::vector<TracepointRefusal> v(tracepoint_refusals(nullptr, 0));
+      v.resize(tracepoint_refusals(v.data(), v.size()));
+      for (const TracepointRefusal& x : v)
+        std::fprintf(r, "%s  %s  %s\n", x.reason, x.name, x.object);
+      std::fclose(r);
+    }
+  }
 }
 
 // CROSSMOD_PROBES_TRACE: attach per ':'-separated pattern, then switch the new tracepoint
@@ -171,6 +197,8 @@ void attach_from_env(const char* patterns) {
 }
 
 __attribute__((constructor(101))) void preload_init() {
+  g_tsc0 = x86::rdtsc();
+  g_ns0 = now_ns();
   const char* rep = std::getenv("CROSSMOD_PROBES_REPORT");
   g_off = std::getenv("CROSSMOD_PROBES_OFF");
   g_on = std::getenv("CROSSMOD_PROBES_ON");

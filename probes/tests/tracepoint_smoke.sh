@@ -4,7 +4,7 @@
 # CROSSMOD_PROBES_TRACE (entry and exit probes on) and its per-function call counts must
 # equal crossmod-trace's (an independent driver: its own preload library and tracepoints),
 # with the program's stdout, stderr and exit status identical to a plain run, and every
-# exit count equal to its entry count.
+# exit count equal to its entry count. Then `crossmod-trace --latency` once.
 # Usage: tracepoint_smoke.sh LIBCROSSMOD_PROBES CROSSMOD_TRACE SQL_WORKLOAD [PY_WORKLOAD] [KEEP_DIR]
 set -eu
 lib=$1 tracer=$2 sql=$3 py=${4:-} keep=${5:-}
@@ -53,6 +53,15 @@ run() {
 
 cp "$sql" "$dir/in"
 run sqlite3 'sqlite3_*' sqlite3 :memory:
+# crossmod-trace --latency: the same library through the launcher; output unchanged, and
+# a mean time per call for sqlite3_step.
+"$tracer" --latency --functions 'sqlite3_*' --out "$dir/lat.txt" -- sqlite3 :memory: \
+  < "$dir/in" > "$dir/lat.out" 2> "$dir/lat.err" || true
+cmp "$dir/sqlite3.plain.out" "$dir/lat.out" || { echo "--latency: stdout differs"; exit 1; }
+grep -Eq '^ +[0-9]+ +jump +sqlite3_step .* [0-9]+ [0-9.]+ [0-9.]+$' "$dir/lat.txt" \
+  || { cat "$dir/lat.txt"; echo "--latency: no mean time for sqlite3_step"; exit 1; }
+echo "crossmod-trace --latency: $(grep -E ' sqlite3_step ' "$dir/lat.txt")"
+
 if [ -n "$py" ] && [ -x /usr/bin/python3 ]; then
   : > "$dir/in"
   run python3 'Py*' /usr/bin/python3 "$py"
