@@ -79,14 +79,28 @@ WaitPolicy install_wait() noexcept {
   return WaitPolicy::Ticks(wait_ticks());
 }
 
-// Functions that store or compare their own return address: with it redirected, a later
-// longjmp / context switch would "return" into the exit trampoline without a frame.
+// Functions whose return address cannot be redirected: those that store it (setjmp,
+// vfork, getcontext: a later longjmp / second return would reach the exit trampoline
+// without a frame), and entry points with no ordinary return address at [rsp] or with a
+// calling convention that preserves registers the exit dispatcher clobbers (ld.so's lazy
+// binding and TLS descriptor stubs, the signal-return stub, _start).
 bool reads_return_address(const char* name) noexcept {
-  static constexpr const char* kPatterns[] = {"*setjmp*", "*vfork*", "*getcontext*",
-                                              "*swapcontext*", "__libc_start_main*"};
+  static constexpr const char* kPatterns[] = {
+      "*setjmp*",       "*vfork*",         "*getcontext*", "*swapcontext*", "__libc_start_main*",
+      "_dl_runtime_*",  "_dl_tlsdesc_*",   "__restore_rt", "_start",        "__morestack"};
   for (const char* p : kPatterns)
     if (fnmatch(p, name, 0) == 0) return true;
   return false;
+}
+
+// Never traced: what the engine's SIGTRAP handler runs (errno is a call of
+// __errno_location; the kernel returns through __restore_rt) - a trap there, e.g. on an
+// int3 of a tracepoint being installed, would arrive with SIGTRAP blocked and kill the
+// process - and the dynamic loader, whose lazy binding the handler's first calls may need.
+bool on_trap_path(const tp::ElfFunction& f) noexcept {
+  if (f.name == "__errno_location" || f.name == "__restore_rt") return true;
+  const std::size_t slash = f.object.rfind('/');
+  return f.object.compare(slash == std::string::npos ? 0 : slash + 1, 3, "ld-") == 0;
 }
 
 std::string demangled(const std::string& raw) {
@@ -171,6 +185,12 @@ Status attach_tracepoints(const char* pattern, const char* object_pattern, std::
       const std::string name = demangled(f.name);
       if (fnmatch(pattern, name.c_str(), 0) != 0) continue;
       if (find_site(f.addr) < kMaxProbes) continue;
+      if (on_trap_path(f)) {
+        g_tp->refusals.push_back({f.addr, intern(name), intern(f.object),
+                                  "on the SIGTRAP handler's path", false});
+        ++n_refused;
+        continue;
+      }
       if (published_count() + 2 > kMaxProbes) {
         note(Status::table_full);
         break;
@@ -206,7 +226,7 @@ Status attach_tracepoints(const char* pattern, const char* object_pattern, std::
       fresh.push_back(id);
       if (reads_return_address(np.name)) {
         g_tp->refusals.push_back(
-            {f.addr, np.name, np.object, "exit: reads its return address", true});
+            {f.addr, np.name, np.object, "exit: return address not redirectable", true});
         continue;
       }
       const std::uint32_t x = register_exit_partner_locked(id, &rs);

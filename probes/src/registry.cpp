@@ -706,6 +706,8 @@ Status register_entry_site(void* site, std::uintptr_t function, const char* name
 }  // namespace crossmod::probes
 
 extern "C" char crossmod_probes_exit_trampoline[];  // trampoline_x86_64.S
+// tracepoint_exit_x86_64.S: saves every caller-saved register (code nobody rebuilt).
+extern "C" char crossmod_probes_exit_trampoline_full[];
 
 // The shared trampoline's C side. `ret` is the return address the site's call pushed;
 // `slot` the instrumented function's own return-address slot (the site is its first
@@ -733,14 +735,15 @@ extern "C" __attribute__((visibility("hidden"))) void crossmod_probes_entry_disp
       // its frame at the same slot is live and ours chains above it (the trampoline runs
       // twice at that return).
       const auto s = reinterpret_cast<std::uintptr_t>(slot);
-      const bool chained =
-          *slot == reinterpret_cast<std::uintptr_t>(crossmod_probes_exit_trampoline);
+      const auto partial = reinterpret_cast<std::uintptr_t>(crossmod_probes_exit_trampoline);
+      const auto full = reinterpret_cast<std::uintptr_t>(crossmod_probes_exit_trampoline_full);
+      const bool chained = *slot == partial || *slot == full;
       while (ts.ret_depth > 0 && (ts.rets[ts.ret_depth - 1].slot < s ||
                                   (!chained && ts.rets[ts.ret_depth - 1].slot == s)))
         --ts.ret_depth;
       if (ts.ret_depth < kRetDepth) {
         ts.rets[ts.ret_depth++] = {s, *slot, tsc, x};
-        *slot = reinterpret_cast<std::uintptr_t>(crossmod_probes_exit_trampoline);
+        *slot = p.provider == crossmod::probes::Provider::tracepoint ? full : partial;
       }
     }
   }

@@ -82,9 +82,9 @@ TEST(TracepointProvider, AttachMakesOffProbesAndLeavesCodeAlone) {
   const std::string exe = self_exe();
   std::size_t made = 0, refused = 0;
   ASSERT_EQ(cp::attach_tracepoints("tpw_*", exe.c_str(), &made, &refused), cp::Status::ok);
-  // tpw_work, tpw_recurse, tpw_jump_down, tpw_tail_a, tpw_tail_b with entry and exit probes;
-  // tpw_fake_setjmp with an entry probe only.
-  EXPECT_EQ(made, 11u);
+  // tpw_work, tpw_recurse, tpw_jump_down, tpw_tail_a, tpw_tail_b, tpw_leaf, tpw_ipa_caller
+  // with entry and exit probes; tpw_fake_setjmp with an entry probe only.
+  EXPECT_EQ(made, 15u);
   EXPECT_EQ(refused, 0u);
   std::size_t again = 1;
   EXPECT_EQ(cp::attach_tracepoints("tpw_*", exe.c_str(), &again, nullptr), cp::Status::ok);
@@ -241,6 +241,20 @@ TEST(TracepointProvider, LongjmpOutOfTracedFrames) {
   EXPECT_EQ(calls(w.exit) - wx, 300u);
   EXPECT_EQ(g_zero_tsc[w.exit].load(), 0u);
   ASSERT_EQ(cp::deactivate_many(ids, 4), cp::Status::ok);
+}
+
+// Code nobody rebuilt may call a leaf with the stack unaligned and keep caller-saved
+// registers across the call (GCC's IPA): the exit trampoline must cope with both.
+TEST(TracepointProvider, ExitKeepsRegistersAndCopesWithUnalignedStack) {
+  const Ids leaf = attach_and_find("tpw_leaf");
+  ASSERT_NE(leaf.exit, cp::kNoProbe);
+  const cp::ProbeId ids[] = {leaf.entry, leaf.exit};
+  ASSERT_EQ(cp::activate_many(ids, 2, count_fn), cp::Status::ok);
+  const std::uint64_t x0 = calls(leaf.exit);
+  for (std::uint64_t x = 0; x < 1000; ++x) ASSERT_EQ(tpw_ipa_caller(x), 2 * x);
+  EXPECT_EQ(calls(leaf.exit) - x0, 1000u);
+  EXPECT_EQ(g_zero_tsc[leaf.exit].load(), 0u);
+  ASSERT_EQ(cp::deactivate_many(ids, 2), cp::Status::ok);
 }
 
 TEST(TracepointProvider, TrapModeAndJumpOnlyRefusal) {

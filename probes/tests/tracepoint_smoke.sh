@@ -4,7 +4,8 @@
 # CROSSMOD_PROBES_TRACE (entry and exit probes on) and its per-function call counts must
 # equal crossmod-trace's (an independent driver: its own preload library and tracepoints),
 # with the program's stdout, stderr and exit status identical to a plain run, and every
-# exit count equal to its entry count. Then `crossmod-trace --latency` once.
+# exit count equal to its entry count. Then `crossmod-trace --latency` once, and entry and
+# exit probes on every function of every object ('*').
 # Usage: tracepoint_smoke.sh LIBCROSSMOD_PROBES CROSSMOD_TRACE SQL_WORKLOAD [PY_WORKLOAD] [KEEP_DIR]
 set -eu
 lib=$1 tracer=$2 sql=$3 py=${4:-} keep=${5:-}
@@ -51,8 +52,25 @@ run() {
   fi
 }
 
+# every NAME CMD...: entry and exit probes on EVERY function of every loaded object
+# (libc, libm, the dynamic loader's excepted...); output and exit status must not change.
+every() {
+  name=$1; shift
+  set +e
+  env -i PATH=/usr/bin:/bin HOME=/tmp PYTHONHASHSEED=0 CROSSMOD_PROBES_TRACE='*' CROSSMOD_PROBES_TRACE_EXIT=1 \
+    CROSSMOD_PROBES_OUT="$dir/$name.every.txt" LD_PRELOAD="$lib" "$@" \
+    < "$dir/in" > "$dir/$name.every.out" 2> "$dir/$name.every.err"
+  rc=$?
+  set -e
+  [ "$rc" -eq "$rc_plain" ] || { echo "$name '*': exit status $rc_plain vs $rc"; exit 1; }
+  cmp "$dir/$name.plain.out" "$dir/$name.every.out" || { echo "$name '*': stdout differs"; exit 1; }
+  echo "$name '*': $(sed -n 2p "$dir/$name.every.txt")"
+  [ -z "$keep" ] || cp "$dir/$name.every.txt" "$keep/$name-every-function.txt"
+}
+
 cp "$sql" "$dir/in"
 run sqlite3 'sqlite3_*' sqlite3 :memory:
+every sqlite3 sqlite3 :memory:
 # crossmod-trace --latency: the same library through the launcher; output unchanged, and
 # a mean time per call for sqlite3_step.
 "$tracer" --latency --functions 'sqlite3_*' --out "$dir/lat.txt" -- sqlite3 :memory: \
@@ -65,5 +83,6 @@ echo "crossmod-trace --latency: $(grep -E ' sqlite3_step ' "$dir/lat.txt")"
 if [ -n "$py" ] && [ -x /usr/bin/python3 ]; then
   : > "$dir/in"
   run python3 'Py*' /usr/bin/python3 "$py"
+  every python3 /usr/bin/python3 "$py"
 fi
 echo ok

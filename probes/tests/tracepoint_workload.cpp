@@ -45,6 +45,9 @@ __attribute__((noinline, noipa)) std::uint64_t tpw_fake_setjmp(std::uint64_t x) 
 
 // tpw_tail_a(x) = 2 * (x + 1), by a tail call (`jmp`) to tpw_tail_b(y) = 2 * y; both are
 // long enough for the jump (5 bytes of whole instructions before any branch).
+// tpw_ipa_caller(x) = 2x calls tpw_leaf(x) = x + 1 the way GCC's -fipa-ra and
+// -fipa-stack-alignment allow for a known leaf: r8 and xmm2 are kept across the call and
+// the stack is NOT 16-byte aligned at it.
 // tpx_short(x) = x + 1 is 4 bytes: too short for the jump.
 asm(R"(
         .text
@@ -65,6 +68,27 @@ tpw_tail_b:
         nopl    0(%rax)
         ret
         .size   tpw_tail_b, .-tpw_tail_b
+
+        .globl  tpw_leaf
+        .type   tpw_leaf, @function
+        .p2align 4
+tpw_leaf:
+        leaq    1(%rdi), %rax
+        nopl    0(%rax)
+        ret
+        .size   tpw_leaf, .-tpw_leaf
+
+        .globl  tpw_ipa_caller
+        .type   tpw_ipa_caller, @function
+        .p2align 4
+tpw_ipa_caller:
+        movq    %rdi, %r8
+        movq    %rdi, %xmm2
+        call    tpw_leaf
+        movq    %xmm2, %rax
+        addq    %r8, %rax
+        ret
+        .size   tpw_ipa_caller, .-tpw_ipa_caller
 
         .globl  tpx_short
         .type   tpx_short, @function

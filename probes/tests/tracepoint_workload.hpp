@@ -10,5 +10,7 @@ void tpw_jump_down(unsigned n, std::jmp_buf* env);  // n+1 nested calls, then lo
 std::uint64_t tpw_fake_setjmp(std::uint64_t x);   // x + 2
 std::uint64_t tpw_tail_a(std::uint64_t x);        // 2 (x + 1), tail-calls tpw_tail_b
 std::uint64_t tpw_tail_b(std::uint64_t x);        // 2x
+std::uint64_t tpw_leaf(std::uint64_t x);          // x + 1
+std::uint64_t tpw_ipa_caller(std::uint64_t x);    // 2x; r8, xmm2 live across tpw_leaf, rsp unaligned
 std::uint64_t tpx_short(std::uint64_t x);         // x + 1 (4 bytes)
 }

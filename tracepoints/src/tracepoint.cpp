@@ -5,6 +5,9 @@
 // membarrier). The probe dispatch below runs on traced threads: no allocation, no lock.
 #include "crossmod/tracepoint.hpp"
 
+#include <linux/membarrier.h>
+#include <sys/syscall.h>
+
 #include <cstring>
 
 #include "crossmod/code_memory.hpp"
@@ -221,7 +224,26 @@ inline bool is_boundary(const Analysis& an, unsigned b) noexcept {
   return b == 0 || (an.boundary_mask & (1u << b)) != 0;
 }
 
+// membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED_SYNC_CORE) by the `syscall` instruction,
+// not libc's syscall(3): between steps 1 and 5 the installing thread must not call code
+// that may itself be traced (libc's syscall() under a '*' pattern), or it would trap in
+// the middle of the protocol, and the SIGTRAP handler's own libc calls (errno, the
+// signal-return stub) might meet an int3 of the same batch while SIGTRAP is blocked.
+long raw_membarrier_sync_core() noexcept {
+  long ret;
+  asm volatile("syscall"
+               : "=a"(ret)
+               : "0"(static_cast<long>(__NR_membarrier)),
+                 "D"(static_cast<long>(MEMBARRIER_CMD_PRIVATE_EXPEDITED_SYNC_CORE)), "S"(0L),
+                 "d"(0L)
+               : "rcx", "r11", "memory");
+  return ret;
+}
+
+// Checked by check_wait() before any byte is written: sync_core is registered here.
 Status wait(const WaitPolicy& w) noexcept {
+  if (w.kind == WaitPolicy::Kind::sync_core)
+    return raw_membarrier_sync_core() == 0 ? Status::ok : Status::os_error;
   return wait_from(w, x86::rdtsc()) == crossmod::Status::ok ? Status::ok : Status::os_error;
 }
 

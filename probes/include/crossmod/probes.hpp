@@ -146,7 +146,9 @@ struct TracepointRefusal {
   const char* name = nullptr;    // demangled; lives forever
   const char* object = nullptr;  // lives forever
   const char* reason = nullptr;  // a tp::Status name ("too_short", ...), or for a function
-                                 // probed without exit probe "exit: reads its return address"
+                                 // probed without exit probe "exit: return address not
+                                 // redirectable" (setjmp-like, ld.so stubs, _start: see
+                                 // provider_tracepoint.cpp)
   bool entry_probe = false;      // true: the entry probe exists, only the exit probe was refused
 };
 // Copies up to `capacity` refusals (oldest first) into `out` (may be null when capacity is
