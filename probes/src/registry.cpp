@@ -709,6 +709,11 @@ extern "C" char crossmod_probes_exit_trampoline[];  // trampoline_x86_64.S
 // tracepoint_exit_x86_64.S: saves every caller-saved register (code nobody rebuilt).
 extern "C" char crossmod_probes_exit_trampoline_full[];
 
+bool crossmod::probes::detail::is_exit_trampoline(std::uintptr_t a) noexcept {
+  return a == reinterpret_cast<std::uintptr_t>(crossmod_probes_exit_trampoline) ||
+         a == reinterpret_cast<std::uintptr_t>(crossmod_probes_exit_trampoline_full);
+}
+
 // The shared trampoline's C side. `ret` is the return address the site's call pushed;
 // `slot` the instrumented function's own return-address slot (the site is its first
 // instruction). Invocation path: no allocation, no lock (one wait-free map lookup,
@@ -737,7 +742,7 @@ extern "C" __attribute__((visibility("hidden"))) void crossmod_probes_entry_disp
       const auto s = reinterpret_cast<std::uintptr_t>(slot);
       const auto partial = reinterpret_cast<std::uintptr_t>(crossmod_probes_exit_trampoline);
       const auto full = reinterpret_cast<std::uintptr_t>(crossmod_probes_exit_trampoline_full);
-      const bool chained = *slot == partial || *slot == full;
+      const bool chained = is_exit_trampoline(*slot);
       while (ts.ret_depth > 0 && (ts.rets[ts.ret_depth - 1].slot < s ||
                                   (!chained && ts.rets[ts.ret_depth - 1].slot == s)))
         --ts.ret_depth;

@@ -96,6 +96,11 @@ void mark_no_probe_locked(std::uintptr_t site) noexcept;
 std::uint32_t register_exit_partner_locked(std::uint32_t entry_id, Status* status) noexcept;
 void announce(ProbeId id) noexcept;
 
+// True if `a` is one of the exit trampolines a redirected return-address slot may hold
+// (trampoline_x86_64.S's, or tracepoint_exit_x86_64.S's for tracepoint probes): code that
+// restores redirected slots (e.g. before unwinding) must accept both.
+bool is_exit_trampoline(std::uintptr_t a) noexcept;
+
 // Tracepoint provider (provider_tracepoint.cpp), with the code owner's lock held: makes a
 // Form::tracepoint site's code on (install once, then enable) or off (disable).
 Status tracepoint_set_code(Probe& owner, bool on) noexcept;
