@@ -270,6 +270,12 @@ TEST(TracepointProvider, TrapModeAndJumpOnlyRefusal) {
   EXPECT_STREQ(r.back().name, "tpx_short");
   EXPECT_STREQ(r.back().reason, "too_short");
   EXPECT_FALSE(r.back().entry_probe);
+  // The C form lists the same.
+  std::vector<crossmod_tracepoint_refusal> c(r.size());
+  ASSERT_EQ(crossmod_probes_tracepoint_refusals(c.data(), c.size()), r.size());
+  EXPECT_STREQ(c.back().name, "tpx_short");
+  EXPECT_STREQ(c.back().reason, "too_short");
+  EXPECT_EQ(c.back().entry_probe, 0);
 
   cp::set_tracepoint_trap_fallback(true);
   ASSERT_EQ(cp::attach_tracepoints("tpx_short", exe.c_str(), &made, &refused), cp::Status::ok);
@@ -285,6 +291,7 @@ TEST(TracepointProvider, TrapModeAndJumpOnlyRefusal) {
   }
   ASSERT_NE(exit, cp::kNoProbe);
   EXPECT_TRUE(cp::tracepoint_trap_mode(entry));
+  EXPECT_EQ(crossmod_probe_tracepoint_trap_mode(exit), 1);
   ASSERT_EQ(cp::activate(entry, count_fn), cp::Status::ok);
   ASSERT_EQ(cp::activate(exit, count_fn), cp::Status::ok);
   const std::uint64_t e0 = calls(entry), x0 = calls(exit);
