@@ -50,7 +50,17 @@ FULL_RATES = [0, 10, 100, 1000, 10000, 100000, 1000000]
 NAME_RE = re.compile(
     r"^(latency/[a-z0-9_]+/executors:\d+"
     r"|invoke/[a-z0-9_]+"
-    r"|throughput/(callpatch|wordpatch)/rate:\d+/executors:\d+)$")
+    r"|throughput/(callpatch|wordpatch)/rate:\d+/executors:\d+"
+    r"|tracepoint/(invoke|latency|memory))$")
+# The tracepoint suite (tracepoints/bench/tracepoint_suite.cpp): benchmark -> counters.
+TRACEPOINT_COUNTERS = {
+    "tracepoint/invoke": [f"{a}_ticks_p50" for a in (
+        "direct", "jump_enabled", "jump_disabled", "after_remove", "direct_short",
+        "trap_enabled_short")],
+    "tracepoint/latency": [f"{op}_ticks_p50" for op in (
+        "install_tmax", "remove_tmax", "enable", "disable")],
+    "tracepoint/memory": ["tracepoints", "body_bytes_per_tracepoint", "entry_pages"],
+}
 
 
 class Problems:
@@ -129,6 +139,15 @@ def validate(out_dir, want_summary, p):
                 v = b[c]
                 p.check(isinstance(v, (int, float)) and v == v and v >= 0,
                         f"{name} counter {c} = {v!r}")
+    for name, counters in TRACEPOINT_COUNTERS.items():
+        b = runs.get(name)
+        if not p.check(b is not None, f"missing benchmark {name}"):
+            continue
+        if b.get("error_occurred"):
+            continue  # judged by the loop below (unsupported only)
+        for c in counters:
+            v = b.get(c)
+            p.check(isinstance(v, (int, float)) and v == v and v > 0, f"{name} counter {c} = {v!r}")
     for name, b in runs.items():
         if name not in expected and b.get("error_occurred"):
             msg = b.get("error_message", "")

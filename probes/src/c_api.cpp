@@ -2,6 +2,8 @@
 // Thread safety: as the C++ functions they call.
 #include "crossmod/probes.h"
 
+#include <vector>
+
 #include "crossmod/probes.hpp"
 
 namespace cp = crossmod::probes;
@@ -83,6 +85,25 @@ int crossmod_probes_deactivate_all(size_t* toggled) { return code(cp::deactivate
 int crossmod_probes_attach_tracepoints(const char* pattern, const char* object_pattern,
                                        size_t* new_probes, size_t* refused) {
   return code(cp::attach_tracepoints(pattern, object_pattern, new_probes, refused));
+}
+
+size_t crossmod_probes_tracepoint_refusals(crossmod_tracepoint_refusal* out, size_t capacity) {
+  if (out == nullptr) capacity = 0;
+  try {
+    std::vector<cp::TracepointRefusal> v(capacity);
+    const std::size_t total = cp::tracepoint_refusals(v.data(), capacity);
+    for (std::size_t i = 0; i < capacity && i < total; ++i)
+      out[i] = {v[i].function, v[i].name, v[i].object, v[i].reason, v[i].entry_probe ? 1 : 0};
+    return total;
+  } catch (...) {
+    return 0;  // no memory for the copy
+  }
+}
+
+void crossmod_probes_set_tracepoint_trap_fallback(int on) { cp::set_tracepoint_trap_fallback(on != 0); }
+
+int crossmod_probe_tracepoint_trap_mode(crossmod_probe_id id) {
+  return cp::tracepoint_trap_mode(id) ? 1 : 0;
 }
 
 }  // extern "C"

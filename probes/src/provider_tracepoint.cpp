@@ -1,15 +1,267 @@
-// Tracepoint provider: probes on unmodified code (see attach_tracepoints in probes.hpp).
-// Placeholder until the provider lands: refuses with `unsupported`.
-#include "crossmod/probes.hpp"
+// Tracepoint provider: probes on code nobody rebuilt (attach_tracepoints in probes.hpp).
+// Each matching function of a loaded ELF object (tracepoints' enumerate_functions: .symtab,
+// else .dynsym) gets a tp::Tracepoint at its first instruction, prepared here (nothing
+// written into the code) with its trampoline's probe toggle OFF. The first activation of
+// the entry or exit probe installs the jump (tp's int3 protocol, two waits); from then on
+// every toggle is tp's one-store enable()/disable() of the trampoline.
+//
+// When the trampoline's probe fires, on_tracepoint() hands the function address (+5, as
+// if a 5-byte call sat there) and the traced thread's stack pointer - the function's
+// return-address slot - to the patchable provider's entry dispatcher, so entry probes,
+// exit probes (return-address redirection, per-thread shadow stack, longjmp handling) and
+// the entry TSC given to exit probes are exactly the patchable provider's.
+//
+// Thread safety: attach_tracepoints takes the registry mutex (it reads ELF files and
+// allocates; never call it from a probe). tracepoint_set_code / tracepoint_install_batch
+// run with the code owners' toggle locks held (registry.cpp). on_tracepoint is the
+// invocation path: no allocation, no lock.
+#include <cxxabi.h>
+#include <dlfcn.h>
+#include <fnmatch.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdlib>
+#include <deque>
+#include <string>
+#include <vector>
+
+#include "crossmod/elf_functions.hpp"
+#include "crossmod/tracepoint.hpp"
+#include "crossmod/wait.hpp"
+#include "crossmod/x86.hpp"
+#include "objects.hpp"
+#include "registry.hpp"
+
+// registry.cpp: the patchable provider's entry dispatcher. `ret` - 5 names the site.
+extern "C" __attribute__((visibility("hidden"))) void crossmod_probes_entry_dispatch(
+    std::uintptr_t ret, std::uintptr_t* slot) noexcept;
 
 namespace crossmod::probes {
 
-Status attach_tracepoints(const char* pattern, const char*, std::size_t* new_probes,
+using namespace detail;
+
+namespace {
+
+struct TpState {
+  std::deque<tp::Tracepoint> tps;  // stable addresses: probes point at them
+  std::vector<TracepointRefusal> refusals;
+};
+// Guarded by the registry mutex; never freed (trampolines and probes live for the process).
+TpState* g_tp = nullptr;
+std::atomic<bool> g_trap_fallback{true};
+
+// The probe of every provider tracepoint: `user` is the function's entry address.
+void on_tracepoint(void* user, std::uintptr_t* sp) noexcept {
+  crossmod_probes_entry_dispatch(reinterpret_cast<std::uintptr_t>(user) + x86::kCallLen, sp);
+}
+
+Status from_tp(tp::Status s) noexcept {
+  switch (s) {
+    case tp::Status::ok: return Status::ok;
+    case tp::Status::not_writable: return Status::not_writable;
+    case tp::Status::bad_bytes: return Status::bytes_changed;
+    case tp::Status::table_full: return Status::table_full;
+    case tp::Status::out_of_range:
+    case tp::Status::no_trampoline_space: return Status::out_of_range;
+    case tp::Status::too_short:
+    case tp::Status::decode_error:
+    case tp::Status::unsupported_instruction:
+    case tp::Status::branch_into_range: return Status::unsupported;
+    default: return Status::engine_error;
+  }
+}
+
+// SYNC_CORE is the kernel's guarantee; the Tmax wait is the engine's calibrated bound
+// (measured to tear now and then on some VMs), used only where membarrier is missing.
+WaitPolicy install_wait() noexcept {
+  if (sync_core_register() == crossmod::Status::ok) return WaitPolicy::SyncCore();
+  return WaitPolicy::Ticks(wait_ticks());
+}
+
+// Functions whose return address cannot be redirected: those that store it (setjmp,
+// vfork, getcontext: a later longjmp / second return would reach the exit trampoline
+// without a frame), and entry points with no ordinary return address at [rsp] or with a
+// calling convention that preserves registers the exit dispatcher clobbers (ld.so's lazy
+// binding and TLS descriptor stubs, the signal-return stub, _start).
+bool reads_return_address(const char* name) noexcept {
+  static constexpr const char* kPatterns[] = {
+      "*setjmp*",       "*vfork*",         "*getcontext*", "*swapcontext*", "__libc_start_main*",
+      "_dl_runtime_*",  "_dl_tlsdesc_*",   "__restore_rt", "_start",        "__morestack"};
+  for (const char* p : kPatterns)
+    if (fnmatch(p, name, 0) == 0) return true;
+  return false;
+}
+
+// Never traced: what the engine's SIGTRAP handler runs (errno is a call of
+// __errno_location; the kernel returns through __restore_rt) - a trap there, e.g. on an
+// int3 of a tracepoint being installed, would arrive with SIGTRAP blocked and kill the
+// process - and the dynamic loader, whose lazy binding the handler's first calls may need.
+bool on_trap_path(const tp::ElfFunction& f) noexcept {
+  if (f.name == "__errno_location" || f.name == "__restore_rt") return true;
+  const std::size_t slash = f.object.rfind('/');
+  return f.object.compare(slash == std::string::npos ? 0 : slash + 1, 3, "ld-") == 0;
+}
+
+std::string demangled(const std::string& raw) {
+  if (raw.rfind("_Z", 0) != 0) return raw;
+  int rc = 0;
+  char* d = abi::__cxa_demangle(raw.c_str(), nullptr, nullptr, &rc);
+  std::string out = rc == 0 && d != nullptr ? std::string(d) : raw;
+  std::free(d);
+  return out;
+}
+
+std::string own_object() {
+  Dl_info info;
+  if (dladdr(reinterpret_cast<void*>(&on_tracepoint), &info) != 0 && info.dli_fname != nullptr)
+    return info.dli_fname;
+  return {};
+}
+
+Probe& owner_of(Probe& p) noexcept {
+  return (p.kind == Kind::exit && p.partner < kMaxProbes) ? probe(p.partner) : p;
+}
+
+}  // namespace
+
+namespace detail {
+
+Status tracepoint_set_code(Probe& owner, bool on) noexcept {
+  auto* t = static_cast<tp::Tracepoint*>(owner.tracepoint);
+  if (t == nullptr) return Status::unsupported;
+  if (on && !t->is_installed()) {
+    // The trampoline's toggle is off: the jump starts as the original code, relocated.
+    if (const tp::Status s = t->install(install_wait()); s != tp::Status::ok) return from_tp(s);
+  }
+  return from_tp(on ? t->enable() : t->disable());
+}
+
+Status tracepoint_install_batch(const ProbeId* ids, std::size_t n) noexcept {
+  std::vector<tp::Tracepoint*> todo;
+  try {
+    for (std::size_t i = 0; i < n; ++i) {
+      Probe& o = owner_of(probe(ids[i]));
+      if (o.form != Form::tracepoint || o.prepare_status != Status::ok || o.tracepoint == nullptr)
+        continue;
+      auto* t = static_cast<tp::Tracepoint*>(o.tracepoint);
+      if (!t->is_installed()) todo.push_back(t);
+    }
+    std::sort(todo.begin(), todo.end());
+    todo.erase(std::unique(todo.begin(), todo.end()), todo.end());
+  } catch (...) {
+    return Status::engine_error;
+  }
+  if (todo.empty()) return Status::ok;
+  // On a refusal nothing is written; the per-probe toggles then install one by one and
+  // report their own status.
+  (void)tp::Tracepoint::install_all(std::span<tp::Tracepoint* const>(todo), install_wait());
+  return Status::ok;
+}
+
+}  // namespace detail
+
+Status attach_tracepoints(const char* pattern, const char* object_pattern, std::size_t* new_probes,
                           std::size_t* refused) noexcept {
   if (new_probes != nullptr) *new_probes = 0;
   if (refused != nullptr) *refused = 0;
   if (pattern == nullptr) return Status::bad_argument;
-  return Status::unsupported;
+  const bool trap_fallback = g_trap_fallback.load(std::memory_order_relaxed);
+  std::vector<std::uint32_t> fresh;
+  std::size_t n_refused = 0;
+  Status first = Status::ok;
+  auto note = [&first](Status s) {
+    if (first == Status::ok) first = s;
+  };
+  try {
+    std::vector<tp::ElfFunction> fns;
+    if (!tp::enumerate_functions(&fns)) return Status::engine_error;
+    const std::string self = own_object();
+    std::lock_guard<std::mutex> lock(registry_mutex());
+    if (g_tp == nullptr) g_tp = new TpState;
+    for (const tp::ElfFunction& f : fns) {
+      if (!self.empty() && f.object == self) continue;  // never trace the dispatch path
+      if (object_pattern != nullptr && fnmatch(object_pattern, f.object.c_str(), 0) != 0) continue;
+      const std::string name = demangled(f.name);
+      if (fnmatch(pattern, name.c_str(), 0) != 0) continue;
+      if (find_site(f.addr) < kMaxProbes) continue;
+      if (on_trap_path(f)) {
+        g_tp->refusals.push_back({f.addr, intern(name), intern(f.object),
+                                  "on the SIGTRAP handler's path", false});
+        ++n_refused;
+        continue;
+      }
+      if (published_count() + 2 > kMaxProbes) {
+        note(Status::table_full);
+        break;
+      }
+      g_tp->refusals.reserve(g_tp->refusals.size() + 1);  // push_back below cannot throw
+      tp::Tracepoint& t = g_tp->tps.emplace_back();
+      const tp::Status ts =
+          tp::Tracepoint::prepare_sp(reinterpret_cast<void*>(f.addr), f.size, on_tracepoint,
+                                     reinterpret_cast<void*>(f.addr), &t, nullptr, trap_fallback);
+      if (ts != tp::Status::ok) {
+        g_tp->tps.pop_back();
+        g_tp->refusals.push_back({f.addr, intern(name), intern(f.object), tp::to_string(ts), false});
+        ++n_refused;
+        continue;
+      }
+      (void)t.disable();  // probes start off
+      NewProbe np;
+      np.function = f.addr;
+      np.site = f.addr;
+      np.name = intern(name);
+      np.object = intern(f.object);
+      np.kind = Kind::entry;
+      np.provider = Provider::tracepoint;
+      np.form = Form::tracepoint;
+      np.start_active = false;
+      np.tracepoint = &t;
+      Status rs = Status::ok;
+      const std::uint32_t id = register_probe_locked(np, &rs);
+      if (id == kNone) {
+        note(rs);
+        continue;
+      }
+      fresh.push_back(id);
+      if (reads_return_address(np.name)) {
+        g_tp->refusals.push_back(
+            {f.addr, np.name, np.object, "exit: return address not redirectable", true});
+        continue;
+      }
+      const std::uint32_t x = register_exit_partner_locked(id, &rs);
+      if (x != kNone)
+        fresh.push_back(x);
+      else
+        note(rs);
+    }
+  } catch (...) {
+    return Status::engine_error;
+  }
+  if (new_probes != nullptr) *new_probes = fresh.size();
+  if (refused != nullptr) *refused = n_refused;
+  for (std::uint32_t id : fresh) announce(id);
+  return first;
+}
+
+std::size_t tracepoint_refusals(TracepointRefusal* out, std::size_t capacity) noexcept {
+  std::lock_guard<std::mutex> lock(registry_mutex());
+  if (g_tp == nullptr) return 0;
+  const std::size_t n = g_tp->refusals.size();
+  if (out != nullptr)
+    std::copy_n(g_tp->refusals.begin(), std::min(n, capacity), out);
+  return n;
+}
+
+void set_tracepoint_trap_fallback(bool on) noexcept {
+  g_trap_fallback.store(on, std::memory_order_relaxed);
+}
+
+bool tracepoint_trap_mode(ProbeId id) noexcept {
+  if (id >= count()) return false;
+  Probe& o = owner_of(probe(id));
+  if (o.form != Form::tracepoint || o.tracepoint == nullptr) return false;
+  return static_cast<const tp::Tracepoint*>(o.tracepoint)->trap_mode();
 }
 
 }  // namespace crossmod::probes

@@ -168,7 +168,11 @@ std::uint32_t register_probe_locked(const NewProbe& np, Status* status) noexcept
 
   bool active = false;
   Bytes5 cur = read5(np.site);
-  if (prep == Status::ok && np.form == Form::tailjmp) {
+  if (np.form == Form::tracepoint) {
+    // The code is untouched until the first activation installs the jump.
+    p.tracepoint = np.tracepoint;
+    if (prep == Status::ok && np.tracepoint == nullptr) prep = Status::bad_argument;
+  } else if (prep == Status::ok && np.form == Form::tailjmp) {
     p.active_bytes = cur;
     p.active_bytes[0] = enc::kJmpRel32;
     active = cur[0] == enc::kJmpRel32;
@@ -399,6 +403,15 @@ Status toggle_locked(Probe& p, bool on, WordPatcher& wp, std::vector<PatchHandle
   if (owner.partner < kMaxProbes && &owner != &g_probes[owner.partner])
     want = want || g_probes[owner.partner].active.load(std::memory_order_relaxed);
   if (want == owner.code_on) return Status::ok;
+  if (owner.form == Form::tracepoint) {
+    const Status s = tracepoint_set_code(owner, want);
+    if (s != Status::ok) {
+      p.active.store(was, std::memory_order_release);
+      return s;
+    }
+    owner.code_on = want;
+    return Status::ok;
+  }
   // Like text_poke: the bytes must be exactly what we left there.
   if (read5(owner.site) != state_bytes(owner, owner.code_on, owner.strategy)) {
     p.active.store(was, std::memory_order_release);
@@ -461,6 +474,7 @@ Status batch_ids(const std::vector<ProbeId>& ids, bool on, ProbeFn fn) noexcept 
   std::sort(owners.begin(), owners.end());
   owners.erase(std::unique(owners.begin(), owners.end()), owners.end());
   for (ProbeId id : owners) ProbeLock::acquire(g_probes[id]);
+  if (on) note(tracepoint_install_batch(ids.data(), ids.size()));
   for (ProbeId id : ids) {
     Probe& p = g_probes[id];
     if (on) p.fn.store(fn, std::memory_order_release);
@@ -547,7 +561,7 @@ Status set_strategy(ProbeId id, Strategy s) noexcept {
   if (p.prepare_status != Status::ok) return p.prepare_status;
   WordPatcher wp = make_patcher();
   if (Status st = finish_pending(p, wp); st != Status::ok) return st;
-  if (p.form == Form::tailjmp || s == p.strategy) {
+  if (p.form == Form::tailjmp || p.form == Form::tracepoint || s == p.strategy) {
     p.strategy = s;
     return Status::ok;
   }
@@ -692,6 +706,13 @@ Status register_entry_site(void* site, std::uintptr_t function, const char* name
 }  // namespace crossmod::probes
 
 extern "C" char crossmod_probes_exit_trampoline[];  // trampoline_x86_64.S
+// tracepoint_exit_x86_64.S: saves every caller-saved register (code nobody rebuilt).
+extern "C" char crossmod_probes_exit_trampoline_full[];
+
+bool crossmod::probes::detail::is_exit_trampoline(std::uintptr_t a) noexcept {
+  return a == reinterpret_cast<std::uintptr_t>(crossmod_probes_exit_trampoline) ||
+         a == reinterpret_cast<std::uintptr_t>(crossmod_probes_exit_trampoline_full);
+}
 
 // The shared trampoline's C side. `ret` is the return address the site's call pushed;
 // `slot` the instrumented function's own return-address slot (the site is its first
@@ -714,12 +735,20 @@ extern "C" __attribute__((visibility("hidden"))) void crossmod_probes_entry_disp
     if (x < crossmod::probes::kMaxProbes && probe(x).active.load(std::memory_order_acquire)) {
       // Exit probe: redirect the function's return through the exit trampoline. First
       // drop frames at or below this slot: they belong to calls that never returned
-      // through us (longjmp, or an exception that unwound them).
+      // through us (longjmp, or an exception that unwound them). Except when the slot
+      // still returns through us: a redirected function tail-called this one (`jmp`), so
+      // its frame at the same slot is live and ours chains above it (the trampoline runs
+      // twice at that return).
       const auto s = reinterpret_cast<std::uintptr_t>(slot);
-      while (ts.ret_depth > 0 && ts.rets[ts.ret_depth - 1].slot <= s) --ts.ret_depth;
+      const auto partial = reinterpret_cast<std::uintptr_t>(crossmod_probes_exit_trampoline);
+      const auto full = reinterpret_cast<std::uintptr_t>(crossmod_probes_exit_trampoline_full);
+      const bool chained = is_exit_trampoline(*slot);
+      while (ts.ret_depth > 0 && (ts.rets[ts.ret_depth - 1].slot < s ||
+                                  (!chained && ts.rets[ts.ret_depth - 1].slot == s)))
+        --ts.ret_depth;
       if (ts.ret_depth < kRetDepth) {
         ts.rets[ts.ret_depth++] = {s, *slot, tsc, x};
-        *slot = reinterpret_cast<std::uintptr_t>(crossmod_probes_exit_trampoline);
+        *slot = p.provider == crossmod::probes::Provider::tracepoint ? full : partial;
       }
     }
   }

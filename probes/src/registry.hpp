@@ -19,6 +19,8 @@ namespace crossmod::probes::detail {
 enum class Form : std::uint8_t {
   call,     // E8 rel32 at the site: callpatch / wordpatch between call and NOP forms
   tailjmp,  // E9 rel32 (a tail-called exit hook): one byte toggles between E9 and C3
+  tracepoint,  // unmodified code: a tp::Tracepoint at the function's entry, installed on
+               // the first activation, then toggled in its trampoline (provider_tracepoint)
 };
 
 struct Probe {
@@ -33,6 +35,7 @@ struct Probe {
   unsigned split = 0;
   std::array<std::uint8_t, 5> active_bytes{};  // the call (or jmp) as found / written
   Status prepare_status = Status::ok;           // a site we could not prepare refuses toggles
+  void* tracepoint = nullptr;  // Form::tracepoint: its tp::Tracepoint (provider-owned, immortal)
 
   // Read on the invocation path.
   std::atomic<ProbeFn> fn{nullptr};
@@ -81,6 +84,7 @@ struct NewProbe {
   // For Form::call whose current bytes are a NOP sled: the call target to write while
   // the site is still private (patchable / manual sites, single-threaded precondition).
   std::uintptr_t call_target = 0;
+  void* tracepoint = nullptr;  // Form::tracepoint: the prepared tp::Tracepoint
 };
 std::uint32_t register_probe_locked(const NewProbe& np, Status* status) noexcept;
 void set_tail_exit_locked(std::uintptr_t function, std::uint32_t id) noexcept;
@@ -91,6 +95,18 @@ void mark_no_probe_locked(std::uintptr_t site) noexcept;
 // failure.
 std::uint32_t register_exit_partner_locked(std::uint32_t entry_id, Status* status) noexcept;
 void announce(ProbeId id) noexcept;
+
+// True if `a` is one of the exit trampolines a redirected return-address slot may hold
+// (trampoline_x86_64.S's, or tracepoint_exit_x86_64.S's for tracepoint probes): code that
+// restores redirected slots (e.g. before unwinding) must accept both.
+bool is_exit_trampoline(std::uintptr_t a) noexcept;
+
+// Tracepoint provider (provider_tracepoint.cpp), with the code owner's lock held: makes a
+// Form::tracepoint site's code on (install once, then enable) or off (disable).
+Status tracepoint_set_code(Probe& owner, bool on) noexcept;
+// Installs together (two waits for all) the not-yet-installed tracepoints among the code
+// owners of `ids` that are about to be switched on; owners' locks held.
+Status tracepoint_install_batch(const ProbeId* ids, std::size_t n) noexcept;
 
 // Per-thread state of the hooks: a recursion guard and the shadow stack of entry
 // timestamps for exit probes. Initial-exec TLS: no allocation on first touch (the

@@ -4,7 +4,10 @@
    C++ handler clobber: the other caller-saved GPRs, RFLAGS and xmm0-15; clears DF as the
    ABI requires at a call (the traced instruction may run with DF set). x87 and AVX upper
    halves are not saved: the handler must not use them (documented in tracepoint.hpp).
-   Async-signal-safe as far as the handler is. */
+   Async-signal-safe as far as the handler is.
+   The dispatcher's second argument is the traced thread's RSP at the traced instruction:
+   the probe block's lea (128) + push rax (8) + this call (8), then pushfq and 9 pushes
+   (80) below it: RSP_traced = RBP + 224 once RBP holds RSP after the pushes. */
         .intel_syntax noprefix
         .text
         .globl  crossmod_tp_thunk
@@ -24,6 +27,7 @@ crossmod_tp_thunk:
         push    r11
         push    rbp
         mov     rbp, rsp
+        lea     rsi, [rbp + 224]
         and     rsp, -16
         sub     rsp, 256
         movaps  [rsp + 0], xmm0

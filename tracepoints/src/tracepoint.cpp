@@ -5,6 +5,9 @@
 // membarrier). The probe dispatch below runs on traced threads: no allocation, no lock.
 #include "crossmod/tracepoint.hpp"
 
+#include <linux/membarrier.h>
+#include <sys/syscall.h>
+
 #include <cstring>
 
 #include "crossmod/code_memory.hpp"
@@ -20,7 +23,8 @@ namespace {
 
 // Lives in the trampoline body (immortal); written once at prepare().
 struct ProbeCtx {
-  Handler handler;
+  Handler handler;       // exactly one of handler and sp_handler is set
+  SpHandler sp_handler;
   void* user;
 };
 
@@ -37,12 +41,18 @@ constexpr std::size_t kTailMax = 8 /*literal*/ + sizeof(ProbeCtx) + 16 /*alignme
 extern "C" {
 // assembly, src/thunk.S
 void crossmod_tp_thunk();
-// Called by crossmod_tp_thunk with the probe context of the trampoline that fired.
+// Called by crossmod_tp_thunk with the probe context of the trampoline that fired and the
+// traced thread's stack pointer at the traced instruction.
 __attribute__((visibility("hidden"))) void crossmod_tp_dispatch(
-    const crossmod::tp::ProbeCtx* ctx) noexcept;
+    const crossmod::tp::ProbeCtx* ctx, std::uintptr_t* sp) noexcept;
 }
 
-void crossmod_tp_dispatch(const crossmod::tp::ProbeCtx* ctx) noexcept { ctx->handler(ctx->user); }
+void crossmod_tp_dispatch(const crossmod::tp::ProbeCtx* ctx, std::uintptr_t* sp) noexcept {
+  if (ctx->sp_handler != nullptr)
+    ctx->sp_handler(ctx->user, sp);
+  else
+    ctx->handler(ctx->user);
+}
 
 namespace crossmod::tp {
 
@@ -78,7 +88,20 @@ const char* to_string(Status s) noexcept {
 
 Status Tracepoint::prepare(void* addr, std::size_t size, Handler handler, void* user,
                            Tracepoint* out, std::error_code* ec, bool trap_fallback) noexcept {
-  if (addr == nullptr || handler == nullptr || out == nullptr) return Status::bad_state;
+  if (handler == nullptr) return Status::bad_state;
+  return prepare_impl(addr, size, handler, nullptr, user, out, ec, trap_fallback);
+}
+
+Status Tracepoint::prepare_sp(void* addr, std::size_t size, SpHandler handler, void* user,
+                              Tracepoint* out, std::error_code* ec, bool trap_fallback) noexcept {
+  if (handler == nullptr) return Status::bad_state;
+  return prepare_impl(addr, size, nullptr, handler, user, out, ec, trap_fallback);
+}
+
+Status Tracepoint::prepare_impl(void* addr, std::size_t size, Handler handler,
+                                SpHandler sp_handler, void* user, Tracepoint* out,
+                                std::error_code* ec, bool trap_fallback) noexcept {
+  if (addr == nullptr || out == nullptr) return Status::bad_state;
   if (out->installed_) return Status::bad_state;
   if (trap::install(ec) != crossmod::Status::ok) return Status::os_error;
   const auto a = reinterpret_cast<std::uintptr_t>(addr);
@@ -140,6 +163,7 @@ Status Tracepoint::prepare(void* addr, std::size_t size, Handler handler, void* 
   enc::put64(body + lit, reinterpret_cast<std::uint64_t>(&crossmod_tp_thunk));
   auto* ctx = reinterpret_cast<ProbeCtx*>(body + lit + 8);
   ctx->handler = handler;
+  ctx->sp_handler = sp_handler;
   ctx->user = user;
   enc::put64(p + ctx_imm_at, reinterpret_cast<std::uint64_t>(ctx));
   const std::size_t used = lit + 8 + sizeof(ProbeCtx);
@@ -200,7 +224,26 @@ inline bool is_boundary(const Analysis& an, unsigned b) noexcept {
   return b == 0 || (an.boundary_mask & (1u << b)) != 0;
 }
 
+// membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED_SYNC_CORE) by the `syscall` instruction,
+// not libc's syscall(3): between steps 1 and 5 the installing thread must not call code
+// that may itself be traced (libc's syscall() under a '*' pattern), or it would trap in
+// the middle of the protocol, and the SIGTRAP handler's own libc calls (errno, the
+// signal-return stub) might meet an int3 of the same batch while SIGTRAP is blocked.
+long raw_membarrier_sync_core() noexcept {
+  long ret;
+  asm volatile("syscall"
+               : "=a"(ret)
+               : "0"(static_cast<long>(__NR_membarrier)),
+                 "D"(static_cast<long>(MEMBARRIER_CMD_PRIVATE_EXPEDITED_SYNC_CORE)), "S"(0L),
+                 "d"(0L)
+               : "rcx", "r11", "memory");
+  return ret;
+}
+
+// Checked by check_wait() before any byte is written: sync_core is registered here.
 Status wait(const WaitPolicy& w) noexcept {
+  if (w.kind == WaitPolicy::Kind::sync_core)
+    return raw_membarrier_sync_core() == 0 ? Status::ok : Status::os_error;
   return wait_from(w, x86::rdtsc()) == crossmod::Status::ok ? Status::ok : Status::os_error;
 }
 
@@ -232,18 +275,29 @@ Status Tracepoint::install(const WaitPolicy& w) noexcept { return install_all({t
 Status Tracepoint::remove(const WaitPolicy& w) noexcept { return remove_all({this, 1}, w); }
 
 Status Tracepoint::install_all(std::span<Tracepoint> tps, const WaitPolicy& w) noexcept {
+  return install_n(tps.size(), [tps](std::size_t i) -> Tracepoint& { return tps[i]; }, w);
+}
+
+Status Tracepoint::install_all(std::span<Tracepoint* const> tps, const WaitPolicy& w) noexcept {
+  return install_n(tps.size(), [tps](std::size_t i) -> Tracepoint& { return *tps[i]; }, w);
+}
+
+// `at(i)` is the i-th tracepoint of the batch.
+template <class At>
+Status Tracepoint::install_n(std::size_t n, At at, const WaitPolicy& w) noexcept {
   if (const Status s = check_wait(w); s != Status::ok) return s;
-  for (const Tracepoint& t : tps)
-    if (const Status s = t.check_install(); s != Status::ok) return s;
+  for (std::size_t i = 0; i < n; ++i)
+    if (const Status s = at(i).check_install(); s != Status::ok) return s;
   // 0. Redirects for every boundary.
-  for (std::size_t i = 0; i < tps.size(); ++i) {
-    if (const Status s = tps[i].set_redirects(); s != Status::ok) {
-      for (std::size_t j = 0; j <= i; ++j) tps[j].clear_redirects();
+  for (std::size_t i = 0; i < n; ++i) {
+    if (const Status s = at(i).set_redirects(); s != Status::ok) {
+      for (std::size_t j = 0; j <= i; ++j) at(j).clear_redirects();
       return s;
     }
   }
   // 1. int3 on every boundary (for b >= 1 this is already the final rel32 byte).
-  for (Tracepoint& t : tps) {
+  for (std::size_t i = 0; i < n; ++i) {
+    Tracepoint& t = at(i);
     auto* code = reinterpret_cast<std::uint8_t*>(t.addr_);
     for (unsigned b = 0; b < t.span_; ++b)
       if (is_boundary(t.analysis_, b)) x86::store_byte(code + b, x86::kInt3);
@@ -251,7 +305,8 @@ Status Tracepoint::install_all(std::span<Tracepoint> tps, const WaitPolicy& w) n
   // 2.
   (void)wait(w);
   // 3. The rest of the rel32: unreachable now, every entry into the range is an int3.
-  for (Tracepoint& t : tps) {
+  for (std::size_t i = 0; i < n; ++i) {
+    Tracepoint& t = at(i);
     auto* code = reinterpret_cast<std::uint8_t*>(t.addr_);
     for (unsigned b = 1; b < t.span_; ++b)
       if (!is_boundary(t.analysis_, b)) x86::store_byte(code + b, t.jump_[b]);
@@ -259,7 +314,8 @@ Status Tracepoint::install_all(std::span<Tracepoint> tps, const WaitPolicy& w) n
   // 4.
   (void)wait(w);
   // 5.
-  for (Tracepoint& t : tps) {
+  for (std::size_t i = 0; i < n; ++i) {
+    Tracepoint& t = at(i);
     x86::store_byte(reinterpret_cast<std::uint8_t*>(t.addr_), t.jump_[0]);
     t.installed_ = true;
   }

@@ -27,4 +27,14 @@ cmp "$dir/plain.err" "$dir/traced.err" || { echo "stderr differs"; exit 1; }
 head -1 "$dir/table"
 grep -Eq '^ +[0-9]+ +jump +sqlite3_prepare_v2 ' "$dir/table" || { cat "$dir/table"; exit 1; }
 grep -q 'functions traced' "$dir/table"
+# --latency (exit probes through the probe layer): output unchanged, a mean per call.
+set +e
+"$@" --latency --functions 'sqlite3_*' --out "$dir/lat" -- sqlite3 :memory: < "$dir/w.sql" \
+  > "$dir/lat.out" 2> "$dir/lat.err"; lat_rc=$?
+set -e
+[ "$plain_rc" -eq "$lat_rc" ] || { echo "--latency: exit $plain_rc vs $lat_rc"; exit 1; }
+cmp "$dir/plain.out" "$dir/lat.out" || { echo "--latency: stdout differs"; exit 1; }
+cmp "$dir/plain.err" "$dir/lat.err" || { echo "--latency: stderr differs"; exit 1; }
+grep -Eq '^ +[0-9]+ +jump +sqlite3_prepare_v2 .* [0-9]+ [0-9.]+ [0-9.]+$' "$dir/lat" \
+  || { cat "$dir/lat"; echo "--latency: no mean time for sqlite3_prepare_v2"; exit 1; }
 echo ok

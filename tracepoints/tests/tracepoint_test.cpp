@@ -175,6 +175,51 @@ TEST(Tracepoint, TrapFallbackForShortFunction) {
   EXPECT_EQ(g_hits.load() - hits0, 1u);
 }
 
+// An SpHandler sees the traced function's return address at *sp (first instruction) and
+// can redirect it: the function then returns through `landing`, which sets eax = 777 and
+// jumps to the saved return address. Jump mode (sum) and trap mode (shortfn).
+struct Redirect {
+  std::uint8_t* landing = nullptr;
+  std::uintptr_t seen_ret = 0;
+  bool armed = false;
+};
+void redirect_return(void* user, std::uintptr_t* sp) noexcept {
+  auto* r = static_cast<Redirect*>(user);
+  r->seen_ret = *sp;
+  if (!r->armed) return;
+  std::memcpy(r->landing + 11, sp, 8);
+  *sp = reinterpret_cast<std::uintptr_t>(r->landing);
+}
+
+TEST(Tracepoint, SpHandlerRedirectsTheReturnAddress) {
+  TestCode code;
+  CodeBlock blk;
+  ASSERT_EQ(CodeBlock::allocate(64, nullptr, &blk), crossmod::Status::ok);
+  //  0: B8 09 03 00 00   mov eax, 777
+  //  5: FF 25 00000000   jmp [rip + 0]
+  // 11: <8-byte return address>
+  const std::uint8_t stub[] = {0xB8, 0x09, 0x03, 0x00, 0x00, 0xFF, 0x25, 0, 0, 0, 0};
+  std::memcpy(blk.data(), stub, sizeof stub);
+  for (const bool trap : {false, true}) {
+    const TestFn& f = trap ? code.shortfn() : code.sum();
+    Redirect r;
+    r.landing = blk.data();
+    Tracepoint t;
+    ASSERT_EQ(Tracepoint::prepare_sp(f.addr, f.size, redirect_return, &r, &t, nullptr, trap),
+              Status::ok);
+    EXPECT_EQ(t.trap_mode(), trap);
+    ASSERT_EQ(t.install(test_wait()), Status::ok);
+    const std::uint64_t plain = f.fn()(5, 0);
+    EXPECT_EQ(plain, trap ? 6u : TestCode::sum_oracle(5));
+    EXPECT_NE(r.seen_ret, 0u);
+    r.armed = true;
+    EXPECT_EQ(f.fn()(5, 0), 777u) << "trap mode " << trap;
+    r.armed = false;
+    EXPECT_EQ(f.fn()(5, 0), plain);
+    ASSERT_EQ(t.remove(test_wait()), Status::ok);
+  }
+}
+
 TEST(Tracepoint, BadSequencesAreRefused) {
   TestCode code;
   Tracepoint empty;

@@ -27,6 +27,7 @@
 #include "crossmod/x86.hpp"
 #include "results/results_io.hpp"  // utc_stamp: one stamp format for every results file
 #include "machine/topology.hpp"
+#include "tracepoint_suite.hpp"  // tracepoints/bench
 
 namespace crossmod::bench {
 namespace {
@@ -215,6 +216,22 @@ Summary compute_summary(const std::map<std::string, benchmark::BenchmarkReporter
   for (unsigned sp = 0; sp <= 4; ++sp)
     s.ratio(fmt::format("invoke callpatch_off_s{} / nop5_site", sp),
             s.term(fmt::format("invoke/callpatch_off_s{}", sp), ns), s.term("invoke/nop5_site", ns));
+  // Tracepoints (tracepoints/bench/tracepoint_suite.cpp): medians of interleaved rounds.
+  for (const char* alt : {"jump_enabled", "jump_disabled", "after_remove"})
+    s.ratio(fmt::format("tracepoint {} / direct call", alt),
+            s.term("tracepoint/invoke", fmt::format("{}_ticks_p50", alt)),
+            s.term("tracepoint/invoke", "direct_ticks_p50"));
+  s.ratio("tracepoint trap_enabled_short / direct call (4-byte function)",
+          s.term("tracepoint/invoke", "trap_enabled_short_ticks_p50"),
+          s.term("tracepoint/invoke", "direct_short_ticks_p50"));
+  s.ratio("tracepoint trap_enabled_short / jump_enabled",
+          s.term("tracepoint/invoke", "trap_enabled_short_ticks_p50"),
+          s.term("tracepoint/invoke", "jump_enabled_ticks_p50"));
+  s.ratio("tracepoint install_sync_core / enable (toggle)",
+          s.term("tracepoint/latency", "install_sync_core_ticks_p50"),
+          s.term("tracepoint/latency", "enable_ticks_p50"));
+  s.ratio("tracepoint install_tmax / (2 x Tmax)", s.term("tracepoint/latency", "install_tmax_ticks_p50"),
+          Term{"2 x tmax_ticks", 2.0 * static_cast<double>(env().tmax_ticks)});
   return s;
 }
 
@@ -340,6 +357,7 @@ int run(const Options& opts) {
     register_latency_benchmarks();
     register_invoke_benchmarks();
     register_throughput_benchmarks();
+    register_tracepoint_benchmarks();
     std::regex re;
     try {
       re = std::regex(opts.filter.empty() ? "." : opts.filter);
@@ -418,6 +436,7 @@ int run(const Options& opts) {
   register_latency_benchmarks();
   register_invoke_benchmarks();
   register_throughput_benchmarks();
+  register_tracepoint_benchmarks();
 
   // ---- Google Benchmark, driven through its own flags.
   std::vector<std::string> args = {"crossmod-bench", "--benchmark_out=" + json_path,

@@ -75,6 +75,17 @@ int crossmod_probes_activate_all(crossmod_probe_fn fn, size_t* toggled);
 int crossmod_probes_deactivate_all(size_t* toggled);
 int crossmod_probes_attach_tracepoints(const char* pattern, const char* object_pattern,
                                        size_t* new_probes, size_t* refused);
+/* Tracepoint provider details (crossmod::probes::tracepoint_refusals & co). */
+typedef struct crossmod_tracepoint_refusal {
+  uintptr_t function;
+  const char* name;   /* valid for the life of the process */
+  const char* object;
+  const char* reason;
+  int entry_probe;    /* 1: only the exit probe was refused */
+} crossmod_tracepoint_refusal;
+size_t crossmod_probes_tracepoint_refusals(crossmod_tracepoint_refusal* out, size_t capacity);
+void crossmod_probes_set_tracepoint_trap_fallback(int on);
+int crossmod_probe_tracepoint_trap_mode(crossmod_probe_id id);
 
 #ifdef __cplusplus
 }

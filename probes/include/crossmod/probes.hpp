@@ -132,5 +132,31 @@ Status deactivate_many(const ProbeId* ids, std::size_t n) noexcept;
 // made, `refused` (optional) the number of functions the relocator refused.
 Status attach_tracepoints(const char* pattern, const char* object_pattern,
                           std::size_t* new_probes = nullptr, std::size_t* refused = nullptr) noexcept;
+// Details of the tracepoint provider (provider_tracepoint.cpp):
+// - A function is skipped (neither probed nor refused) when its object is this library,
+//   or a probe already sits at its entry (another provider, or an earlier attach).
+// - Where the jump is impossible (too short, a branch into the replaced range, no
+//   trampoline address within reach), the probe is a trap-mode tracepoint (int3 on the
+//   first byte: one SIGTRAP per call) unless the fallback is switched off (then refused).
+// - Activation installs the tracepoint once (membarrier SYNC_CORE waits when the kernel
+//   has them, else the Tmax wait of wait_ticks()); later toggles are one store in its
+//   trampoline. Exit probes reuse the patchable provider's return-address redirection.
+struct TracepointRefusal {
+  std::uintptr_t function = 0;
+  const char* name = nullptr;    // demangled; lives forever
+  const char* object = nullptr;  // lives forever
+  const char* reason = nullptr;  // a tp::Status name ("too_short", ...), or for a function
+                                 // probed without exit probe "exit: return address not
+                                 // redirectable" (setjmp-like, ld.so stubs, _start: see
+                                 // provider_tracepoint.cpp)
+  bool entry_probe = false;      // true: the entry probe exists, only the exit probe was refused
+};
+// Copies up to `capacity` refusals (oldest first) into `out` (may be null when capacity is
+// 0) and returns how many there are in total.
+std::size_t tracepoint_refusals(TracepointRefusal* out, std::size_t capacity) noexcept;
+// Trap-mode fallback for later attach_tracepoints calls (default on).
+void set_tracepoint_trap_fallback(bool on) noexcept;
+// True if `id` (entry or exit) is a tracepoint probe in trap mode.
+bool tracepoint_trap_mode(ProbeId id) noexcept;
 
 }  // namespace crossmod::probes

@@ -80,6 +80,10 @@ PoolStats pool_stats() noexcept;
 // around it and the direction flag cleared. It runs on the traced thread's stack (128 bytes
 // below its red zone) and must be async-signal-safe if the traced code may run in a handler.
 using Handler = void (*)(void* user) noexcept;
+// The same, also given the traced thread's stack pointer as it was at the traced
+// instruction. At a function's first instruction *sp is the function's return address, so
+// the handler can redirect it (exit probes, probes/src/provider_tracepoint.cpp).
+using SpHandler = void (*)(void* user, std::uintptr_t* sp) noexcept;
 
 class Tracepoint {
  public:
@@ -104,6 +108,10 @@ class Tracepoint {
   // executable below 2 GiB, where a boundary at offset 4 needs a rel32 of -0x33xxxxxx).
   static Status prepare(void* addr, std::size_t size, Handler handler, void* user, Tracepoint* out,
                         std::error_code* ec = nullptr, bool trap_fallback = false) noexcept;
+  // prepare() with a probe that also receives the stack pointer (SpHandler).
+  static Status prepare_sp(void* addr, std::size_t size, SpHandler handler, void* user,
+                           Tracepoint* out, std::error_code* ec = nullptr,
+                           bool trap_fallback = false) noexcept;
 
   // Writes the jump. The replaced bytes must be in a code_memory writable range.
   //   0. register the trap redirects of every boundary (table_full if no slot);
@@ -126,6 +134,8 @@ class Tracepoint {
   // (sync_core not available: os_error), so no protocol stops halfway.
   static Status install_all(std::span<Tracepoint> tps, const WaitPolicy& wait) noexcept;
   static Status remove_all(std::span<Tracepoint> tps, const WaitPolicy& wait) noexcept;
+  // The same over tracepoints that do not sit in one array (e.g. the probe layer's).
+  static Status install_all(std::span<Tracepoint* const> tps, const WaitPolicy& wait) noexcept;
   // Probe on/off while installed or not: one locked store of the trampoline's first
   // instruction (inside one cache line), no wait needed: both states are complete `jmp`s.
   Status enable() noexcept;
@@ -153,6 +163,11 @@ class Tracepoint {
   std::uint8_t span_ = 5;               // bytes of code written: 5 (jump) or 1 (trap mode)
   bool installed_ = false;
 
+  static Status prepare_impl(void* addr, std::size_t size, Handler handler, SpHandler sp_handler,
+                             void* user, Tracepoint* out, std::error_code* ec,
+                             bool trap_fallback) noexcept;
+  template <class At>
+  static Status install_n(std::size_t n, At at, const WaitPolicy& wait) noexcept;
   Status check_install() const noexcept;
   Status check_remove() const noexcept;
   Status set_redirects() noexcept;
