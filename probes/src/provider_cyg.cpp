@@ -6,9 +6,12 @@
 // function and toggle by one byte, JMP <-> RET.
 // Thread and signal safety: the hooks run on every instrumented thread. After a site's
 // first execution they neither allocate nor lock (wait-free map lookups, atomics, TLS).
-// The first execution takes the registry mutex and reads ELF files. Not async-signal-safe:
+// The first execution takes the registry mutex and reads ELF files; other threads reaching
+// the site meanwhile wait until its discovery callback has returned. Not async-signal-safe:
 // an instrumented function called from a signal handler during discovery could deadlock.
 #include <Zydis/Zydis.h>
+
+#include <sched.h>
 
 #include <cstring>
 #include <vector>
@@ -134,15 +137,22 @@ std::uint32_t discover(std::uintptr_t ret, std::uintptr_t function, Kind kind) n
       mark_no_probe_locked(site);
     }
   } catch (...) {
-    return kKnownNone;
+    result = kKnownNone;  // still announce what was registered: threads wait for that
   }
   for (std::uint32_t id : fresh) announce(id);
   return result;
 }
 
+// A thread that reached a site while its discovering thread still runs the discovery
+// callback (at most once per site and thread): wait for the callback to finish.
+__attribute__((noinline, cold)) void wait_announced(const Probe& p) noexcept {
+  while (!p.announced.load(std::memory_order_acquire)) sched_yield();
+}
+
 inline void dispatch(std::uint32_t id, std::uint64_t tsc) noexcept {
   if (id >= kMaxProbes) return;
   Probe& p = probe(id);
+  if (!p.announced.load(std::memory_order_acquire)) [[unlikely]] wait_announced(p);
   if (!p.active.load(std::memory_order_acquire)) return;
   if (const auto fn = p.fn.load(std::memory_order_acquire)) fn(id, tsc);
 }

@@ -210,6 +210,7 @@ std::uint32_t register_probe_locked(const NewProbe& np, Status* status) noexcept
   p.partner = kNone;
   p.code_on = active;
   p.active.store(active, std::memory_order_relaxed);
+  p.announced.store(false, std::memory_order_relaxed);
   if (!g_sites.insert(np.site, id)) {
     *status = Status::table_full;
     return kNone;
@@ -303,10 +304,12 @@ void announce(ProbeId id) noexcept {
     cb = g_discovery;
     user = g_discovery_user;
   }
-  if (cb == nullptr) return;
-  ProbeInfo info;
-  fill_info(id, &info);
-  cb(info, user);
+  if (cb != nullptr) {
+    ProbeInfo info;
+    fill_info(id, &info);
+    cb(info, user);
+  }
+  if (id < kMaxProbes) g_probes[id].announced.store(true, std::memory_order_release);
 }
 
 namespace {

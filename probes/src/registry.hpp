@@ -40,6 +40,10 @@ struct Probe {
   // Read on the invocation path.
   std::atomic<ProbeFn> fn{nullptr};
   std::atomic<bool> active{false};
+  // Set once announce() has run the discovery callback (or found none). A cyg probe starts
+  // on with no fn; a thread reaching its site while another one still runs the callback
+  // waits for this, so no call slips past before the client could choose its fn.
+  std::atomic<bool> announced{false};
 
   // A patchable-entry site carries two probes: the entry probe owns the code (CallSite,
   // strategy, lock) and `partner` names its exit probe (and the exit probe its owner).
