@@ -73,7 +73,7 @@ def newest(pattern):
 
 def validate(out_dir, want_summary, p):
     jsons = [f for f in glob.glob(os.path.join(out_dir, "bench-*.json"))
-             if not f.endswith("-summary.json")]
+             if not f.endswith(("-summary.json", "-probes.json"))]
     if not p.check(jsons, f"no bench-<stamp>.json in {out_dir}"):
         return
     path = sorted(jsons)[-1]
