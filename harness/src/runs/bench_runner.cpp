@@ -484,7 +484,7 @@ int run(const Options& opts) {
   if (!probes_ran) {
     std::error_code rm;
     std::filesystem::remove(probes_json_path, rm);  // an empty report
-  } else {
+  } else if (probes_rc >= 0) {
     fmt::print("wrote {}\nwrote {} (probes suite, exit {})\n", probes_json_path, probes_csv_path,
                probes_rc);
   }
