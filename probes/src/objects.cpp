@@ -165,10 +165,18 @@ const char* intern(const std::string& s) noexcept {
   }
 }
 
+namespace {
+bool g_first_refresh_done = false;  // registry mutex
+}  // namespace
+
 std::vector<Object*>& refresh_objects() noexcept {
   try {
     dl_iterate_phdr(add_object, nullptr);
   } catch (...) {
+  }
+  if (!g_first_refresh_done) {
+    g_first_refresh_done = true;
+    for (Object* o : objects()) o->startup = true;
   }
   return objects();
 }
@@ -179,8 +187,9 @@ std::vector<Object*>* g_to_pin = nullptr;  // guarded by g_pin_mutex; leaked
 std::atomic<bool> g_pin_pending{false};
 
 void request_pin(Object* o) noexcept {
-  // The main program cannot be unloaded (and has no path dlopen would match).
-  if (o == nullptr || o->pin_requested || o->path == "/proc/self/exe") return;
+  // Objects loaded with the program (the main program among them) are never unloaded;
+  // a dlopen of one while start-up constructors run could run its constructors early.
+  if (o == nullptr || o->pin_requested || o->startup || o->path == "/proc/self/exe") return;
   try {
     std::lock_guard<std::mutex> lock(g_pin_mutex);
     if (g_to_pin == nullptr) g_to_pin = new std::vector<Object*>();

@@ -35,6 +35,9 @@ struct Object {
   bool symbols_loaded = false;
   bool scanned = false;  // providers that scan at load time have visited it
   bool pin_requested = false;  // queued for pin_requested_objects (registry mutex)
+  // Seen by the first refresh (the library constructor's scan, at start-up): loaded
+  // with the program, never unloaded, never pinned (no dlopen while constructors run).
+  bool startup = false;
 };
 
 // Re-reads dl_iterate_phdr and adds objects not seen before. Returns the objects list.
