@@ -89,14 +89,14 @@ __attribute__((noinline)) void unredirect_thread_frames() noexcept {
 extern "C" _Unwind_Reason_Code _Unwind_RaiseException(_Unwind_Exception* e) {
   using namespace crossmod::probes::detail;
   const RaiseFn real = next(g_raise, "_Unwind_RaiseException");
-  (void)unredirect_thread_frames();
+  unredirect_thread_frames();
   return real(e);
 }
 
 extern "C" _Unwind_Reason_Code _Unwind_Resume_or_Rethrow(_Unwind_Exception* e) {
   using namespace crossmod::probes::detail;
   const RaiseFn real = next(g_rethrow, "_Unwind_Resume_or_Rethrow");
-  (void)unredirect_thread_frames();
+  unredirect_thread_frames();
   return real(e);
 }
 

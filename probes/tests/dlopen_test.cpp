@@ -66,8 +66,13 @@ TEST(Dlopen, DlcloseNeverUnmapsAnObjectWithProbes) {
     EXPECT_EQ(fns, first_fns) << "the object was unloaded and mapped again";
     std::size_t fresh = 0;
     ASSERT_EQ(cp::scan_loaded_objects(&fresh), cp::Status::ok);
-    // Found once: in cycle 0 (entry and exit of each function), never again.
-    EXPECT_EQ(fresh, cycle == 0 ? 2u * static_cast<std::size_t>(*count) : 0u);
+    // Found once: in cycle 0 (entry and exit of each function, plus a sanitizer build's
+    // module constructors), never again.
+    if (cycle == 0) {
+      EXPECT_GE(fresh, 2u * static_cast<std::size_t>(*count));
+    } else {
+      EXPECT_EQ(fresh, 0u);
+    }
     cp::ProbeId id = cp::kNoProbe;
     for (cp::ProbeId i = 0; i < cp::count(); ++i) {
       cp::ProbeInfo pi;
