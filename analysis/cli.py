@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-from . import loaders, plots, stats
+from . import loaders, plots, probes_plots, stats
 from .loaders import InputError
 
 
@@ -28,7 +28,8 @@ class UsageError(Exception):
 
 PLOT_NAMES = ("failure_rate", *(f"heatmap_{p}" for p in loaders.PROTOCOLS), "controls",
               "latency_hist", "latency_cdf", "throughput_rate", "throughput_executors", "invocation",
-              "tmax_overlay", "timeline")
+              "tmax_overlay", "timeline", "probes_toggle_hist", "probes_throughput",
+              "probes_invocation")
 
 
 @dataclass
@@ -224,6 +225,28 @@ def process_folder(folder: Path, out_dir: Path, svg: bool, all_sweeps: bool,
         for name in ("throughput_rate", "throughput_executors", "invocation"):
             summary["skipped"][name] = f"no bench-*.json in {folder}"
         print(f"analysis: skip bench plots for {folder}: no bench-*.json found", file=sys.stderr)
+
+    # The probes suite (bench-<stamp>-probes.json and -probes-latency.csv).
+    probes_json, probes_csv = probes_plots.newest(folder)
+    probes_names = ("probes_toggle_hist", "probes_throughput", "probes_invocation")
+    if probes_json is not None:
+        pb = loaders.load_bench(probes_json)
+        summary["inputs"].update(probes=_rel(probes_json, folder), probes_latency=_rel(probes_csv, folder))
+        if probes_csv is not None:
+            ps = loaders.load_latency_csv(probes_csv)
+            _run("probes_toggle_hist",
+                 lambda: probes_plots.toggle_hist(ps, pb, machine, probes_csv, out_dir, svg), result, out_dir)
+        else:
+            summary["skipped"]["probes_toggle_hist"] = f"no bench-*-probes-latency.csv beside {probes_json.name}"
+        _run("probes_throughput", lambda: probes_plots.throughput(pb, machine, probes_json, out_dir, svg),
+             result, out_dir)
+        _run("probes_invocation", lambda: probes_plots.invocation(pb, machine, probes_json, out_dir, svg),
+             result, out_dir)
+        summary["probes"] = probes_plots.headline(pb)
+    elif only is not None:
+        # The probes suite is optional: its absence is a skip only when asked for by name.
+        for name in probes_names:
+            summary["skipped"][name] = f"no bench-*-probes.json in {folder}"
 
     summary["tmax"] = {
         "config": None if tmax is None else {

@@ -83,7 +83,7 @@ def newest(pattern):
 
 def validate(out_dir, want_summary, p):
     jsons = [f for f in glob.glob(os.path.join(out_dir, "bench-*.json"))
-             if not f.endswith("-summary.json")]
+             if not f.endswith(("-summary.json", "-probes.json"))]
     if not p.check(jsons, f"no bench-<stamp>.json in {out_dir}"):
         return
     path = sorted(jsons)[-1]
@@ -228,6 +228,28 @@ def check_tmax_config(crossmod, work, p):
             f"{r.stderr.strip()!r}")
 
 
+def check_probes_suite(out, p):
+    """The probes suite ran as a child: its JSON names every probes/ benchmark, none failed,
+    and its latency CSV holds the toggle samples (probes/bench/probes_bench.cpp)."""
+    path = newest(os.path.join(out, "bench-*Z-probes.json"))
+    if not p.check(path, "no bench-<stamp>-probes.json: the probes suite did not run"):
+        return
+    with open(path) as f:
+        doc = json.load(f)
+    names = {b.get("name") for b in doc.get("benchmarks", [])}
+    for want in ("probes/init/patchable_scan/functions:20000", "probes/init/cyg_discovery/functions:5000",
+                 "probes/toggle/all_probes", "probes/throughput/executors:1", "probes/invoke"):
+        p.check(want in names, f"{path}: no {want}")
+    for b in doc.get("benchmarks", []):
+        p.check(not b.get("error_occurred"), f"{b.get('name')}: {b.get('error_message')}")
+    csv_path = path[:-len(".json")] + "-latency.csv"
+    if p.check(os.path.isfile(csv_path), f"no {csv_path}"):
+        with open(csv_path) as f:
+            lines = f.read().splitlines()
+        p.check(lines and lines[0] == "benchmark,op,executors,sample_ticks,count" and
+                any(",wordpatch_sync," in line for line in lines), f"{csv_path}: no toggle samples")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     g = ap.add_mutually_exclusive_group(required=True)
@@ -248,6 +270,7 @@ def main():
         rc = subprocess.run(cmd, cwd=work).returncode
         p.check(rc == 0, f"crossmod bench exited with {rc}")
         skipped = validate(out, True, p) or []
+        check_probes_suite(out, p)
         check_tmax_config(args.run, work, p)
         keep = work
     else:

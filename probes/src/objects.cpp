@@ -3,6 +3,7 @@
 #include "objects.hpp"
 
 #include <cxxabi.h>
+#include <dlfcn.h>
 #include <elf.h>
 #include <fcntl.h>
 #include <link.h>
@@ -11,10 +12,12 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 #include <deque>
 #include <memory>
+#include <mutex>
 
 namespace crossmod::probes::detail {
 
@@ -162,18 +165,65 @@ const char* intern(const std::string& s) noexcept {
   }
 }
 
+namespace {
+bool g_first_refresh_done = false;  // registry mutex
+}  // namespace
+
 std::vector<Object*>& refresh_objects() noexcept {
   try {
     dl_iterate_phdr(add_object, nullptr);
   } catch (...) {
   }
+  if (!g_first_refresh_done) {
+    g_first_refresh_done = true;
+    for (Object* o : objects()) o->startup = true;
+  }
   return objects();
 }
 
+namespace {
+std::mutex g_pin_mutex;  // after the registry mutex, never before it
+std::vector<Object*>* g_to_pin = nullptr;  // guarded by g_pin_mutex; leaked
+std::atomic<bool> g_pin_pending{false};
+
+void request_pin(Object* o) noexcept {
+  // Objects loaded with the program (the main program among them) are never unloaded;
+  // a dlopen of one while start-up constructors run could run its constructors early.
+  if (o == nullptr || o->pin_requested || o->startup || o->path == "/proc/self/exe") return;
+  try {
+    std::lock_guard<std::mutex> lock(g_pin_mutex);
+    if (g_to_pin == nullptr) g_to_pin = new std::vector<Object*>();
+    g_to_pin->push_back(o);
+    o->pin_requested = true;
+    g_pin_pending.store(true, std::memory_order_release);
+  } catch (...) {
+    // Not queued: the next lookup in this object tries again.
+  }
+}
+}  // namespace
+
 Object* object_for_code(std::uintptr_t addr, std::size_t len, Segment** seg) noexcept {
-  if (Object* o = find_code(addr, len, seg)) return o;
-  refresh_objects();
-  return find_code(addr, len, seg);
+  Object* o = find_code(addr, len, seg);
+  if (o == nullptr) {
+    refresh_objects();
+    o = find_code(addr, len, seg);
+  }
+  request_pin(o);
+  return o;
+}
+
+void pin_requested_objects() noexcept {
+  if (!g_pin_pending.load(std::memory_order_acquire)) return;
+  std::vector<Object*> todo;
+  {
+    std::lock_guard<std::mutex> lock(g_pin_mutex);
+    if (g_to_pin != nullptr) todo.swap(*g_to_pin);
+    g_pin_pending.store(false, std::memory_order_relaxed);
+  }
+  // Object::path is immutable once the object is listed. The handle is never closed: it
+  // and RTLD_NODELETE each keep the object mapped. NOLOAD fails for the vDSO, which
+  // holds no probes, and for an object dlclose'd before we got here (the caller's race).
+  for (Object* o : todo) (void)dlopen(o->path.c_str(), RTLD_NOW | RTLD_NOLOAD | RTLD_NODELETE);
 }
 
 Status ensure_writable(Segment* seg) noexcept {

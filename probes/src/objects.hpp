@@ -34,12 +34,22 @@ struct Object {
   std::vector<Symbol> symbols;  // sorted by addr
   bool symbols_loaded = false;
   bool scanned = false;  // providers that scan at load time have visited it
+  bool pin_requested = false;  // queued for pin_requested_objects (registry mutex)
+  // Seen by the first refresh (the library constructor's scan, at start-up): loaded
+  // with the program, never unloaded, never pinned (no dlopen while constructors run).
+  bool startup = false;
 };
 
 // Re-reads dl_iterate_phdr and adds objects not seen before. Returns the objects list.
 std::vector<Object*>& refresh_objects() noexcept;
 // The object whose executable segment holds [addr, addr+len), refreshing once if unknown.
+// The object found will hold a probe site: it is queued to be pinned (below).
 Object* object_for_code(std::uintptr_t addr, std::size_t len, Segment** seg) noexcept;
+// Pins every queued object with dlopen(path, RTLD_NOW | RTLD_NOLOAD | RTLD_NODELETE): a
+// later dlclose cannot unmap code that holds probe sites. Call WITHOUT the registry mutex
+// (dlopen takes the loader lock, which a thread running an object's constructors holds
+// while it may wait for the registry mutex); cheap when nothing is queued. Thread-safe.
+void pin_requested_objects() noexcept;
 // Makes the segment writable (first call only); the status of that attempt.
 Status ensure_writable(Segment* seg) noexcept;
 // Symbol containing addr (or starting within `slack` bytes after it when containing fails),

@@ -6,8 +6,9 @@
 // layout-equivalence constraint; activation writes a call to the shared entry trampoline
 // (trampoline_x86_64.S) directly or through a far thunk. Each site also carries an exit
 // probe: while it is active, the entry trampoline redirects the function's return
-// address to the exit trampoline (per-thread shadow stack; longjmp-safe, NOT exception-
-// safe - see trampoline_x86_64.S). The call stays in place while either probe is on.
+// address to the exit trampoline (per-thread shadow stack; longjmp-safe; exceptions and
+// pthread_exit write the thread's redirected frames back first - unwind_interpose.cpp).
+// The call stays in place while either probe is on.
 // Thread safety: scan_loaded_objects is thread-safe (registry mutex); its precondition is
 // that no thread executes a newly scanned object's sleds during the call (true in a
 // library constructor before main, or right after dlopen before the new code is used).

@@ -297,6 +297,7 @@ void fill_info(ProbeId id, ProbeInfo* out) noexcept {
 }
 
 void announce(ProbeId id) noexcept {
+  pin_requested_objects();  // objects.hpp: the new site's object outlives any dlclose
   DiscoveryFn cb = nullptr;
   void* user = nullptr;
   {

@@ -94,9 +94,10 @@ crossmod_probes_entry_trampoline:
  * rsp = 0 (mod 16) at the inner call.
  *
  * No CFI can describe the caller of this frame (its address lives in the shadow stack),
- * so a C++ exception unwinding through a function with a redirected return terminates
- * the process: do not enable exit probes on functions that exceptions leave. longjmp is
- * fine: frames it skips are dropped at the next entry or exit on that thread. */
+ * so an unwinder must never meet it: unwind_interpose.cpp writes the thread's redirected
+ * return addresses back before a C++ exception or pthread_exit starts unwinding (those
+ * frames' exit probes do not fire). longjmp is fine: frames it skips are dropped at the
+ * next entry or exit on that thread. pthread_cancel is not covered (probes/README.md). */
         .text
         .globl  crossmod_probes_exit_trampoline
         .hidden crossmod_probes_exit_trampoline

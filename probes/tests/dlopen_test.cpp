@@ -47,4 +47,53 @@ TEST(Dlopen, ScanAfterDlopenFindsTheNewObjectsSitesOnce) {
   // The library stays loaded: probes (and their sites) live for the process.
 }
 
+// dlclose must not unmap an object that holds probe sites: the library pins it
+// (RTLD_NODELETE) when its first probe is made. Several dlopen/dlclose cycles with probes
+// toggled and called in between; the library is this test's alone, so without the pin its
+// last dlclose would unmap it.
+TEST(Dlopen, DlcloseNeverUnmapsAnObjectWithProbes) {
+  using GenFn = int (*)(int);
+  const GenFn* first_fns = nullptr;
+  for (int cycle = 0; cycle < 4; ++cycle) {
+    SCOPED_TRACE(testing::Message() << "cycle " << cycle);
+    void* h = dlopen(CROSSMOD_GEN_CYCLE, RTLD_NOW | RTLD_LOCAL);
+    ASSERT_NE(h, nullptr) << dlerror();
+    const auto* fns = static_cast<const GenFn*>(dlsym(h, "gen_fns"));
+    const auto* count = static_cast<const int*>(dlsym(h, "gen_count"));
+    ASSERT_NE(fns, nullptr);
+    ASSERT_NE(count, nullptr);
+    if (cycle == 0) first_fns = fns;
+    EXPECT_EQ(fns, first_fns) << "the object was unloaded and mapped again";
+    std::size_t fresh = 0;
+    ASSERT_EQ(cp::scan_loaded_objects(&fresh), cp::Status::ok);
+    // Found once: in cycle 0 (entry and exit of each function, plus a sanitizer build's
+    // module constructors), never again.
+    if (cycle == 0) {
+      EXPECT_GE(fresh, 2u * static_cast<std::size_t>(*count));
+    } else {
+      EXPECT_EQ(fresh, 0u);
+    }
+    cp::ProbeId id = cp::kNoProbe;
+    for (cp::ProbeId i = 0; i < cp::count(); ++i) {
+      cp::ProbeInfo pi;
+      ASSERT_EQ(cp::info(i, &pi), cp::Status::ok);
+      if (pi.function == reinterpret_cast<std::uintptr_t>(fns[3]) && pi.kind == cp::Kind::entry)
+        id = i;
+    }
+    ASSERT_NE(id, cp::kNoProbe);
+    const std::uint64_t h0 = g_gen_hits.load();
+    ASSERT_EQ(cp::activate(id, count_gen), cp::Status::ok);
+    EXPECT_EQ(fns[3](1), 4);
+    EXPECT_EQ(g_gen_hits.load() - h0, 1u);
+    ASSERT_EQ(dlclose(h), 0);
+    // Still mapped after the close: the probe toggles (its code is written) and the
+    // function runs.
+    Dl_info di;
+    EXPECT_NE(dladdr(reinterpret_cast<const void*>(first_fns[3]), &di), 0);
+    ASSERT_EQ(cp::deactivate(id), cp::Status::ok);
+    EXPECT_EQ(first_fns[3](2), 5);
+    EXPECT_EQ(g_gen_hits.load() - h0, 1u);
+  }
+}
+
 }  // namespace

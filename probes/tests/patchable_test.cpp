@@ -6,6 +6,9 @@
 #include <atomic>
 #include <csetjmp>
 #include <string>
+#include <thread>
+
+#include <pthread.h>
 
 #include "crossmod/probes.hpp"
 #include "crossmod/x86.hpp"
@@ -96,7 +99,7 @@ TEST(Patchable, BatchByNamePatternTogglesOnlyMatchingFunctions) {
   (void)workload::pfe_call_through(0, [] {});
   EXPECT_EQ(g_quiet_hits.load() - h0, 4u);
   ASSERT_EQ(cp::deactivate_matching("workload::pfe_*", &n), cp::Status::ok);
-  EXPECT_EQ(n, 8u);
+  EXPECT_EQ(n, 12u);  // pfe_leaf, pfe_other, pfe_many_args, pfe_call_through, pfe_exc, pfe_cleanup_work
   (void)workload::pfe_leaf(1, &c);
   EXPECT_EQ(g_quiet_hits.load() - h0, 4u);
 }
@@ -156,6 +159,107 @@ TEST(PatchableExit, LongjmpThroughRedirectedFramesIsSafe) {
     EXPECT_EQ(workload::pfe_call_through(3, [] {}), 3);
     EXPECT_EQ(g_exits, 4u);
   }
+  ASSERT_EQ(cp::deactivate(exit), cp::Status::ok);
+}
+
+std::uint64_t g_exc_exits = 0;
+std::uint64_t g_exc_entries = 0;
+std::uint64_t g_work_exits = 0;
+void on_exc_exit(cp::ProbeId, std::uint64_t) { ++g_exc_exits; }
+void on_exc_entry(cp::ProbeId, std::uint64_t) { ++g_exc_entries; }
+void on_work_exit(cp::ProbeId, std::uint64_t) { ++g_work_exits; }
+void throw_7() { throw 7; }
+
+// What every case below checks after its throw: later calls are redirected and their exit
+// probes fire once per call, including the helper run by destructors.
+void expect_exit_probes_work() {
+  g_exc_exits = 0;
+  g_work_exits = 0;
+  workload::cleanups() = 0;
+  EXPECT_EQ(workload::pfe_exc(4, -1, workload::kReturn, [] {}), 4);
+  EXPECT_EQ(g_exc_exits, 5u);
+  EXPECT_EQ(g_work_exits, 5u);
+  EXPECT_EQ(workload::cleanups(), 5u);
+}
+
+TEST(PatchableExit, ExceptionsUnwindThroughRedirectedFrames) {
+  const cp::ProbeId entry = probe_for(reinterpret_cast<std::uintptr_t>(&workload::pfe_exc));
+  const cp::ProbeId exit = probe_for(reinterpret_cast<std::uintptr_t>(&workload::pfe_exc), cp::Kind::exit);
+  const cp::ProbeId work_exit =
+      probe_for(reinterpret_cast<std::uintptr_t>(&workload::pfe_cleanup_work), cp::Kind::exit);
+  ASSERT_NE(exit, cp::kNoProbe);
+  ASSERT_NE(work_exit, cp::kNoProbe);
+  ASSERT_EQ(cp::activate(entry, on_exc_entry), cp::Status::ok);
+  ASSERT_EQ(cp::activate(exit, on_exc_exit), cp::Status::ok);
+  ASSERT_EQ(cp::activate(work_exit, on_work_exit), cp::Status::ok);
+  expect_exit_probes_work();
+  constexpr int kDepth = 6;  // frames 6..0 of pfe_exc, all redirected when cb throws
+  for (int round = 0; round < 3; ++round) {  // more throws than one: state left behind
+    for (int catch_at = 1; catch_at <= kDepth; ++catch_at) {
+      SCOPED_TRACE(testing::Message() << "catch_at " << catch_at << " round " << round);
+      // Caught inside, returned from: 1007 at the catcher, +1 per frame above it.
+      g_exc_exits = 0;
+      g_exc_entries = 0;
+      g_work_exits = 0;
+      workload::cleanups() = 0;
+      EXPECT_EQ(workload::pfe_exc(kDepth, catch_at, workload::kReturn, throw_7),
+                1007 + (kDepth - catch_at));
+      EXPECT_EQ(g_exc_entries, kDepth + 1u);
+      // Every frame was live at the throw: written back, none fires its exit probe.
+      EXPECT_EQ(g_exc_exits, 0u);
+      // Every guard ran once; the helper its destructor calls (entered during unwinding
+      // or after the catch) got its exit probe each time.
+      EXPECT_EQ(workload::cleanups(), kDepth + 1u);
+      EXPECT_EQ(g_work_exits, kDepth + 1u);
+      expect_exit_probes_work();
+      // Rethrown three ways from the catcher, caught here (uninstrumented).
+      for (int mode : {workload::kRethrow, workload::kThrowNew, workload::kRethrowPtr}) {
+        SCOPED_TRACE(testing::Message() << "mode " << mode);
+        workload::cleanups() = 0;
+        int caught = -1;
+        try {
+          (void)workload::pfe_exc(kDepth, catch_at, mode, throw_7);
+        } catch (int v) {
+          caught = v;
+        }
+        EXPECT_EQ(caught, mode == workload::kThrowNew ? 1007 : 7);
+        EXPECT_EQ(workload::cleanups(), kDepth + 1u);
+        expect_exit_probes_work();
+      }
+    }
+  }
+  // Not caught by instrumented code at all.
+  int caught = -1;
+  try {
+    (void)workload::pfe_exc(kDepth, -1, workload::kReturn, throw_7);
+  } catch (int v) {
+    caught = v;
+  }
+  EXPECT_EQ(caught, 7);
+  expect_exit_probes_work();
+  ASSERT_EQ(cp::deactivate(work_exit), cp::Status::ok);
+  ASSERT_EQ(cp::deactivate(exit), cp::Status::ok);
+  ASSERT_EQ(cp::deactivate(entry), cp::Status::ok);
+}
+
+void exit_thread() { pthread_exit(nullptr); }
+
+// pthread_exit is a forced unwind through the same frames: every destructor runs, the
+// thread ends, and the exit probes still work on the next calls.
+TEST(PatchableExit, PthreadExitUnwindsThroughRedirectedFrames) {
+  const cp::ProbeId exit = probe_for(reinterpret_cast<std::uintptr_t>(&workload::pfe_exc), cp::Kind::exit);
+  const cp::ProbeId work_exit =
+      probe_for(reinterpret_cast<std::uintptr_t>(&workload::pfe_cleanup_work), cp::Kind::exit);
+  ASSERT_EQ(cp::activate(exit, on_exc_exit), cp::Status::ok);
+  ASSERT_EQ(cp::activate(work_exit, on_work_exit), cp::Status::ok);
+  workload::cleanups() = 0;
+  g_work_exits = 0;
+  std::thread t([] { (void)workload::pfe_exc(5, 2, workload::kReturn, exit_thread); });
+  t.join();
+  EXPECT_EQ(workload::cleanups(), 6u);
+  EXPECT_EQ(g_work_exits, 6u);
+  expect_exit_probes_work();
+  ASSERT_EQ(cp::deactivate(work_exit), cp::Status::ok);
   ASSERT_EQ(cp::deactivate(exit), cp::Status::ok);
 }
 

@@ -40,4 +40,14 @@ double pfe_many_args(long a, long b, long c, long d, long e, long f, double x0, 
 // Recurses `depth` times (not a tail call), then calls cb; returns depth.
 int pfe_call_through(int depth, void (*cb)());
 
+// Exceptions through redirected frames. pfe_exc recurses `depth` times, every frame holding
+// a guard whose destructor calls pfe_cleanup_work and counts in cleanups(); at depth 0 it
+// calls cb (which may throw an int). The frame at depth == catch_at catches the int and,
+// by `mode`: returns 1000 + the int (kReturn), rethrows it (`throw;`), throws int + 1000,
+// or rethrows it with std::rethrow_exception outside the handler. Otherwise returns depth.
+inline constexpr int kReturn = 0, kRethrow = 1, kThrowNew = 2, kRethrowPtr = 3;
+int pfe_exc(int depth, int catch_at, int mode, void (*cb)());
+int pfe_cleanup_work(int x);
+std::uint64_t& cleanups() noexcept;
+
 }  // namespace workload

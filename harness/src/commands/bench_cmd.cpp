@@ -1,5 +1,6 @@
 // `crossmod bench`: parses the flags and hands them to the benchmark runner
-// (bench_runner.cpp), which drives the suites of engine/bench/.
+// (bench_runner.cpp), which drives the suites of engine/bench/ and runs the probes suite
+// (probes/bench/probes_bench.cpp) as a child process.
 // Thread safety: main thread only.
 #include <CLI/CLI.hpp>
 
@@ -15,7 +16,8 @@ void register_bench(CLI::App& app) {
   auto* cmd = app.add_subcommand(
       "bench",
       "Google Benchmark suites: patch latency (engine vs sync-core, stop-the-world, "
-      "mprotect), invocation cost, executor throughput under toggling");
+      "mprotect), invocation cost, executor throughput under toggling; the probe layer's "
+      "suite (probes/..., a child process: init, toggle latency, throughput, invocation)");
   cmd->add_option("--tmax-config", opts->tmax_config,
                   "Tmax config file (default: $CROSSMOD_TMAX_CONFIG, then "
                   "configs/tmax/<machine>.toml, else the built-in default, flagged)")

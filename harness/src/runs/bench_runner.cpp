@@ -6,7 +6,13 @@
 #include <fmt/core.h>
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
+#include <spawn.h>
+#include <sys/wait.h>
 #include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
 
 #include <algorithm>
 #include <cmath>
@@ -305,6 +311,50 @@ void print_summary(const Summary& s, const std::string& note) {
   fmt::print("  note: {}\n", note);
 }
 
+// ---- the probes suite (probes/bench/probes_bench.cpp) -----------------------------------
+// A child process: libcrossmod_probes.so links its own copy of the engine, which must not
+// share a process with this binary's. It gets the run's Tmax, executor count, window and
+// filter; its JSON and latency CSV sit beside the engine suites' files.
+extern "C" char** environ;
+
+std::string probes_bench_binary() {
+  if (const char* p = std::getenv("CROSSMOD_PROBES_BENCH"); p != nullptr && *p != '\0') return p;
+  return CROSSMOD_PROBES_BENCH;
+}
+
+// probes_bench exits 3 when the filter matches none of its benchmarks.
+constexpr int kProbesNoMatch = 3;
+
+// Exit code of the child; -1 (with a message) if it could not run or was killed.
+int run_probes_child(const std::vector<std::string>& extra, const Options& opts) {
+  std::vector<std::string> args = {probes_bench_binary()};
+  if (args[0].empty()) return kProbesNoMatch;  // not built (sanitizer builds)
+  const Env& e = env();
+  args.push_back(fmt::format("--crossmod_wait_ticks={}", e.tmax_ticks));
+  args.push_back(fmt::format("--crossmod_max_executors={}", e.max_executors));
+  args.push_back(fmt::format("--crossmod_window_s={}", e.throughput_window_s));
+  if (e.smoke) args.push_back("--crossmod_smoke");
+  if (!opts.filter.empty()) args.push_back("--benchmark_filter=" + opts.filter);
+  args.insert(args.end(), extra.begin(), extra.end());
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  pid_t pid = 0;
+  if (const int rc = posix_spawn(&pid, args[0].c_str(), nullptr, nullptr, argv.data(), environ);
+      rc != 0) {
+    fmt::print(stderr, "crossmod bench: cannot run the probes suite {}: {}\n", args[0],
+               std::strerror(rc));
+    return -1;
+  }
+  int status = 0;
+  while (waitpid(pid, &status, 0) < 0) {
+    if (errno != EINTR) return -1;
+  }
+  if (WIFEXITED(status)) return WEXITSTATUS(status);
+  fmt::print(stderr, "crossmod bench: the probes suite was killed by signal {}\n", WTERMSIG(status));
+  return -1;
+}
+
 }  // namespace
 
 int run(const Options& opts) {
@@ -366,7 +416,9 @@ int run(const Options& opts) {
     }
     for (const std::string& name : registered_names())
       if (std::regex_search(name, re)) fmt::print("{}\n", name);
-    return 0;
+    std::fflush(stdout);
+    const int rc = run_probes_child({"--benchmark_list_tests=true"}, opts);
+    return rc == 0 || rc == kProbesNoMatch ? 0 : 1;
   }
 
   // ---- Output paths.
@@ -381,6 +433,9 @@ int run(const Options& opts) {
   const std::string json_path = (dir / json_name).string();
   const std::string csv_path = (dir / fmt::format("bench-{}-latency.csv", stamp)).string();
   const std::string summary_path = (dir / fmt::format("bench-{}-summary.json", stamp)).string();
+  const std::string probes_json_path = (dir / fmt::format("bench-{}-probes.json", stamp)).string();
+  const std::string probes_csv_path =
+      (dir / fmt::format("bench-{}-probes-latency.csv", stamp)).string();
 
   // ---- What shapes the numbers: for people (stdout) and for machines (JSON context).
   fmt::print("crossmod bench: {} ({}), {}\n", cpu.brand, slug, topo.summary());
@@ -438,6 +493,39 @@ int run(const Options& opts) {
   register_throughput_benchmarks();
   register_tracepoint_benchmarks();
 
+  // ---- The probes suite first (a child process; nothing if the filter excludes it).
+  std::fflush(stdout);
+  const int probes_rc = run_probes_child(
+      {"--benchmark_out=" + probes_json_path, "--benchmark_out_format=json",
+       "--crossmod_latency_csv=" + probes_csv_path},
+      opts);
+  const bool probes_ran = probes_rc != kProbesNoMatch;
+  if (!probes_ran) {
+    std::error_code rm;
+    std::filesystem::remove(probes_json_path, rm);  // an empty report
+  } else if (probes_rc >= 0) {
+    fmt::print("wrote {}\nwrote {} (probes suite, exit {})\n", probes_json_path, probes_csv_path,
+               probes_rc);
+  }
+  // The engine suites only if the filter selects any of them.
+  bool engine_selected = opts.filter.empty();
+  if (!engine_selected) {
+    std::regex re;
+    try {
+      re = std::regex(opts.filter);
+    } catch (const std::regex_error& ex) {
+      throw harness::UsageError(fmt::format("--filter '{}': {}", opts.filter, ex.what()));
+    }
+    for (const std::string& name : registered_names())
+      engine_selected = engine_selected || std::regex_search(name, re);
+  }
+  if (!engine_selected) {
+    if (!probes_ran)
+      throw harness::UsageError(fmt::format("--filter '{}' matches no benchmark", opts.filter));
+    release_fixture();
+    return probes_rc == 0 ? 0 : 1;
+  }
+
   // ---- Google Benchmark, driven through its own flags.
   std::vector<std::string> args = {"crossmod-bench", "--benchmark_out=" + json_path,
                                    "--benchmark_out_format=json"};
@@ -457,7 +545,7 @@ int run(const Options& opts) {
   const std::size_t matched = benchmark::RunSpecifiedBenchmarks(&reporter, &json_reporter);
   release_fixture();
   benchmark::Shutdown();
-  if (matched == 0)
+  if (matched == 0 && !probes_ran)
     throw harness::UsageError(fmt::format("--filter '{}' matches no benchmark", opts.filter));
 
   const std::size_t rows = write_latency_csv(csv_path);
@@ -485,7 +573,7 @@ int run(const Options& opts) {
   if (e.tmax_is_default)
     fmt::print(stderr, "crossmod bench: WARNING: results used the DEFAULT Tmax ({} ticks), not a "
                        "calibrated one.\n", e.tmax_ticks);
-  return failed ? 1 : 0;
+  return failed || (probes_ran && probes_rc != 0) ? 1 : 0;
 }
 
 }  // namespace crossmod::bench
