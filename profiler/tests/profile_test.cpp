@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -20,7 +21,7 @@ using nlohmann::json;
 const char* const kLeafA = "(anonymous namespace)::leaf_a(unsigned int)";
 const char* const kLeafB = "(anonymous namespace)::leaf_b(unsigned int)";
 
-struct Run {
+struct Outcome {
   int status = -1;
   std::string out, err;
   fs::path dir;
@@ -40,8 +41,8 @@ std::string slurp(const fs::path& p) {
 }
 
 // Runs crossmod with `args` (shell words, no quoting needed for our paths).
-Run crossmod(const std::string& name, const std::string& args, bool with_out = true) {
-  Run r;
+Outcome crossmod(const std::string& name, const std::string& args, bool with_out = true) {
+  Outcome r;
   r.dir = fresh_dir(name);
   fs::create_directories(r.dir.parent_path());
   const fs::path o = r.dir.string() + ".stdout", e = r.dir.string() + ".stderr";
@@ -55,7 +56,7 @@ Run crossmod(const std::string& name, const std::string& args, bool with_out = t
   return r;
 }
 
-json report(const Run& r) { return json::parse(slurp(r.dir / "profile.json")); }
+json report(const Outcome& r) { return json::parse(slurp(r.dir / "profile.json")); }
 
 const json* function(const json& j, const std::string& name) {
   for (const json& f : j["functions"])
@@ -82,7 +83,7 @@ class PolicyTest : public ::testing::TestWithParam<Case> {};
 TEST_P(PolicyTest, ReportListsFunctionsAndNeverOvercounts) {
   const Case c = GetParam();
   const std::string prog = std::string(c.prog) == "cyg" ? PROF_MT_CYG : PROF_MT_PFE;
-  const Run r = crossmod(std::string(c.prog) + "-" + c.policy,
+  const Outcome r = crossmod(std::string(c.prog) + "-" + c.policy,
                          std::string("--quiet --policy ") + c.policy + " -- " + prog + " 4 20000");
   ASSERT_EQ(r.status, 0) << r.err;
   EXPECT_EQ(r.err, "");  // --quiet, and the runtime has nothing to complain about
@@ -145,7 +146,7 @@ TEST_P(EndingTest, FullCountsSurvive) {
     int execs;
   };
   for (const E e : {E{"_exit", 3, "exit", 0}, E{"signal", 128 + 9, "signal", 0}, E{"exec", 0, "exit", 1}}) {
-    const Run r = crossmod(std::string(GetParam()) + "-end-" + e.how,
+    const Outcome r = crossmod(std::string(GetParam()) + "-end-" + e.how,
                            std::string("--quiet --policy full -- ") + prog + " 2 5000 " + e.how);
     EXPECT_EQ(r.status, e.status) << e.how << r.err;
     const auto t = truth(r.out);
@@ -176,17 +177,17 @@ TEST(ProfileBadInput, ExitsTwoAndWritesNothing) {
   };
   int k = 0;
   for (const char* c : cases) {
-    const Run r = crossmod("bad-" + std::to_string(k++), std::string(c) + prog + " 1 10");
+    const Outcome r = crossmod("bad-" + std::to_string(k++), std::string(c) + prog + " 1 10");
     EXPECT_EQ(r.status, 2) << c << r.err;
     EXPECT_EQ(r.out, "") << c;
     EXPECT_FALSE(fs::exists(r.dir)) << c;
     EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << c << r.err;
   }
-  const Run m = crossmod("bad-metrics", "--metrics " + bad_metrics + " -- " + prog + " 1 10");
+  const Outcome m = crossmod("bad-metrics", "--metrics " + bad_metrics + " -- " + prog + " 1 10");
   EXPECT_EQ(m.status, 2);
   EXPECT_FALSE(fs::exists(m.dir));
   EXPECT_NE(m.err.find("latencyy"), std::string::npos) << m.err;
-  const Run p = crossmod("bad-prog", "-- /nonexistent/program");
+  const Outcome p = crossmod("bad-prog", "-- /nonexistent/program");
   EXPECT_EQ(p.status, 2);
   EXPECT_FALSE(fs::exists(p.dir));
   fs::remove(bad_metrics);
