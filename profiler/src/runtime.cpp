@@ -125,6 +125,12 @@ Tls& tls() noexcept {
   return t;
 }
 
+void check(cp::Status s) noexcept {
+  if (s == cp::Status::ok) return;
+  add(g_hdr->toggle_failures, 1);
+  A(g_hdr->last_failure).store(static_cast<std::uint64_t>(s), std::memory_order_relaxed);
+}
+
 // Switches a function's probes off if it is on; the thread that wins the state change
 // does the toggles. Entry first, so a call that starts now is not half-timed.
 void switch_off(FuncRecord& f, FnState why) noexcept {
@@ -133,11 +139,15 @@ void switch_off(FuncRecord& f, FnState why) noexcept {
                                           std::memory_order_acq_rel))
     return;
   const std::uint64_t t0 = rdtsc();
-  (void)cp::deactivate(f.entry_probe);
-  if (f.exit_probe != cp::kNoProbe) (void)cp::deactivate(f.exit_probe);
+  check(cp::deactivate(f.entry_probe));
+  if (f.exit_probe != cp::kNoProbe) check(cp::deactivate(f.exit_probe));
   const std::uint64_t t1 = rdtsc();
   const std::uint64_t since = A(f.on_since).exchange(0, std::memory_order_relaxed);
   if (since != 0 && t1 > since) add(f.active_ticks, t1 - since);
+  // The window closes at the decision (t0): the toggles' own cost is not the program's.
+  const std::uint64_t first = A(f.window_first).exchange(0, std::memory_order_relaxed);
+  if (first != 0 && t0 > first) add(f.rate_ticks, t0 - first);
+  add(f.offs, 1);
   const std::uint64_t n = f.exit_probe != cp::kNoProbe ? 2 : 1;
   add(f.toggles, n);
   add(g_hdr->toggles, n);
@@ -156,8 +166,9 @@ void switch_on(FuncRecord& f, FnState from) noexcept {
                                           std::memory_order_acq_rel))
     return;
   const std::uint64_t t0 = rdtsc();
-  if (f.exit_probe != cp::kNoProbe) (void)cp::activate(f.exit_probe, on_exit);
-  (void)cp::activate(f.entry_probe, on_entry);
+  A(f.armed_tsc).store(t0, std::memory_order_relaxed);
+  if (f.exit_probe != cp::kNoProbe) check(cp::activate(f.exit_probe, on_exit));
+  check(cp::activate(f.entry_probe, on_entry));
   const std::uint64_t t1 = rdtsc();
   A(f.on_since).store(t1, std::memory_order_relaxed);
   const std::uint64_t n = f.exit_probe != cp::kNoProbe ? 2 : 1;
@@ -169,15 +180,20 @@ void switch_on(FuncRecord& f, FnState from) noexcept {
 // Accounts the probe function's own time plus the calibrated fixed cost of a hit, and
 // enforces the budget: the per-thread cap and the process-wide cap of this period.
 inline void finish(Tls& t, FuncRecord& f, std::uint64_t t0) noexcept {
-  const std::uint64_t cost = rdtsc() - t0 + g_hdr->calib_ticks;
+  std::uint64_t spent = rdtsc() - t0;
+  if (spent > kMaxHitTicks) [[unlikely]] {
+    spent = kMaxHitTicks;
+    add(g_hdr->capped_hits, 1);
+  }
+  const std::uint64_t cost = spent + g_hdr->calib_ticks;
   add(t.rec->instr_ticks, cost);
-  if (g_cfg.policy != Policy::budget) return;
   const std::uint64_t period = g_period.load(std::memory_order_relaxed);
   if (t.period != period) {
     t.period = period;
     t.spent = 0;
     g_period_threads.fetch_add(1, std::memory_order_relaxed);
   }
+  if (g_cfg.policy != Policy::budget) return;
   t.spent += cost;
   const std::uint64_t all = g_period_spent.fetch_add(cost, std::memory_order_relaxed) + cost;
   if (t.spent > g_thread_cap || all > g_process_cap) {
@@ -193,6 +209,10 @@ void on_entry(cp::ProbeId id, std::uint64_t) noexcept {
   FuncRecord& f = g_funcs[s - 1];
   Tls& t = tls();
   add(f.calls, 1);
+  std::uint64_t none = 0;
+  if (A(f.window_first).load(std::memory_order_relaxed) != 0 ||
+      !A(f.window_first).compare_exchange_strong(none, t0, std::memory_order_relaxed))
+    add(f.rate_calls, 1);
   add(t.rec->calls, 1);
   finish(t, f, t0);
 }
@@ -203,7 +223,11 @@ void on_exit(cp::ProbeId id, std::uint64_t tsc) noexcept {
   if (s == 0) return;
   FuncRecord& f = g_funcs[s - 1];
   Tls& t = tls();
-  if (tsc != 0 && t0 > tsc) {
+  // An entry TSC from before this window's activation is not this window's call: the cyg
+  // shadow stack can hand back a frame whose exit ran while the exit probe was off.
+  if (tsc != 0 && tsc < A(f.armed_tsc).load(std::memory_order_relaxed)) [[unlikely]] {
+    add(g_hdr->stale_exits, 1);
+  } else if (tsc != 0 && t0 > tsc) {
     const std::uint64_t d = t0 - tsc;
     add(f.samples, 1);
     add(f.sum_ticks, d);
