@@ -94,8 +94,13 @@ std::unordered_map<std::uintptr_t, std::uint32_t>* g_by_function = nullptr;
 std::atomic<std::uint64_t> g_period{1};
 std::atomic<std::uint64_t> g_period_spent{0};
 std::atomic<std::uint64_t> g_period_threads{0};
-std::uint64_t g_thread_cap = 0;   // budget * period, ticks
-std::uint64_t g_process_cap = 0;  // budget * period * online CPUs
+// Per thread: budget x period (wall). Process-wide: budget x the CPU time the process got in
+// the previous period (budget x period x online CPUs in the first), so that on a loaded
+// machine the process cap follows the CPU the program really gets. A thread over its cap
+// switches off the function it hits for every thread (probes are process-wide), so the
+// budget is an upper bound, not a target.
+std::uint64_t g_thread_cap = 0;
+std::atomic<std::uint64_t> g_process_cap{0};
 std::atomic<bool> g_stopping{false};
 
 cp::ProbeId g_calib_entry = cp::kNoProbe, g_calib_exit = cp::kNoProbe;
@@ -196,7 +201,7 @@ inline void finish(Tls& t, FuncRecord& f, std::uint64_t t0) noexcept {
   if (g_cfg.policy != Policy::budget) return;
   t.spent += cost;
   const std::uint64_t all = g_period_spent.fetch_add(cost, std::memory_order_relaxed) + cost;
-  if (t.spent > g_thread_cap || all > g_process_cap) {
+  if (t.spent > g_thread_cap || all > g_process_cap.load(std::memory_order_relaxed)) {
     add(t.rec->budget_hits, 1);
     switch_off(f, FnState::off_budget);
   }
@@ -391,7 +396,12 @@ void* daemon_main(void*) {
   timespec next{};
   clock_gettime(CLOCK_MONOTONIC, &next);
   std::uint64_t last_epoch_ns = 0, last_period_ns = 0, elapsed_ns = 0;
-  std::uint64_t last_tsc = rdtsc(), last_instr = 0;
+  std::uint64_t last_tsc = rdtsc(), last_instr = 0, last_cpu_ns = 0, period_cpu_ticks = 0;
+  {
+    timespec c{};
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &c);
+    last_cpu_ns = static_cast<std::uint64_t>(c.tv_sec) * 1'000'000'000u + static_cast<std::uint64_t>(c.tv_nsec);
+  }
   while (!g_stopping.load(std::memory_order_relaxed)) {
     next.tv_nsec += static_cast<long>(tick_ns % 1'000'000'000);
     next.tv_sec += static_cast<time_t>(tick_ns / 1'000'000'000);
@@ -409,6 +419,16 @@ void* daemon_main(void*) {
     const std::uint64_t nf = A(g_hdr->nfuncs).load(std::memory_order_acquire);
     if (period) {
       last_period_ns = elapsed_ns;
+      // Next period's process cap: budget x the CPU time the process got in this one.
+      timespec c{};
+      clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &c);
+      const std::uint64_t cpu_ns = static_cast<std::uint64_t>(c.tv_sec) * 1'000'000'000u +
+                                   static_cast<std::uint64_t>(c.tv_nsec);
+      period_cpu_ticks = cpu_ns > last_cpu_ns ? ns_to_ticks(cpu_ns - last_cpu_ns) : 0;
+      if (last_cpu_ns != 0 && cpu_ns > last_cpu_ns && g_cfg.policy == Policy::budget)
+        g_process_cap.store(static_cast<std::uint64_t>(g_cfg.budget * static_cast<double>(ns_to_ticks(cpu_ns - last_cpu_ns))),
+                            std::memory_order_relaxed);
+      last_cpu_ns = cpu_ns;
       g_period.fetch_add(1, std::memory_order_relaxed);
       g_period_spent.store(0, std::memory_order_relaxed);
     }
@@ -449,6 +469,7 @@ void* daemon_main(void*) {
         e.threads = g_period_threads.exchange(0, std::memory_order_relaxed);
         e.active_probes = active;
         e.period_ticks = now - last_tsc;
+        e.cpu_ticks = period_cpu_ticks;
         A(g_hdr->ntimeline).store(k + 1, std::memory_order_release);
       }
       last_instr = instr;
@@ -591,7 +612,7 @@ __attribute__((constructor(200))) void profile_init() {
   if (!read_config() || !open_segment()) return;
   g_thread_cap = static_cast<std::uint64_t>(g_cfg.budget * static_cast<double>(ns_to_ticks(g_cfg.period_ns)));
   const long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-  g_process_cap = g_thread_cap * static_cast<std::uint64_t>(cpus > 0 ? cpus : 1);
+  g_process_cap.store(g_thread_cap * static_cast<std::uint64_t>(cpus > 0 ? cpus : 1));
   g_by_function = new std::unordered_map<std::uintptr_t, std::uint32_t>();
   g_ready = true;
   (void)cp::scan_loaded_objects();

@@ -128,6 +128,7 @@ struct TimelineEntry {
   std::uint64_t threads;       // threads that hit a probe in the period
   std::uint64_t active_probes;  // probes on at the end of the period
   std::uint64_t period_ticks;
+  std::uint64_t cpu_ticks;     // process CPU time in the period (CLOCK_PROCESS_CPUTIME_ID)
 };
 
 struct Layout {

@@ -148,8 +148,8 @@ ProfileData read_segments(const std::string& raw_dir, const RunInfo& run) {
       const TimelineEntry& e = timeline[i];
       TimelinePoint p;
       p.t_s = run.tsc_hz > 0 ? (static_cast<double>(e.tsc) - t0) / run.tsc_hz : 0;
-      const double denom = static_cast<double>(e.period_ticks) * static_cast<double>(std::max<std::uint64_t>(e.threads, 1));
-      p.instr_share = denom > 0 ? static_cast<double>(e.instr_ticks) / denom : 0;
+      // Share of the CPU time the process got in the period (what the budget is a share of).
+      p.instr_share = e.cpu_ticks > 0 ? static_cast<double>(e.instr_ticks) / static_cast<double>(e.cpu_ticks) : 0;
       p.active_probes = e.active_probes;
       p.threads = e.threads;
       d.timeline.push_back(p);
