@@ -262,12 +262,12 @@ bool in_focus(const cp::ProbeInfo& p) noexcept {
 }
 
 void on_found(const cp::ProbeInfo& p, void*) {
-  add(g_hdr->probes, 1);
   if (p.function == reinterpret_cast<std::uintptr_t>(&crossmod_profile_calib_target)) {
     (p.kind == cp::Kind::entry ? g_calib_entry : g_calib_exit) = p.id;
     if (p.active) (void)cp::deactivate(p.id);
     return;
   }
+  add(g_hdr->probes, 1);  // the program's probes, in focus or not (not the calibration site)
   if (!in_focus(p)) {
     if (p.active) (void)cp::deactivate(p.id);
     return;

@@ -204,6 +204,10 @@ ProfileData read_segments(const std::string& raw_dir, const RunInfo& run) {
       for (unsigned b = 0; b < kHistBuckets; ++b) s.hist[b] += f.hist[b];
     }
   }
+  if (!hdrs.empty() && d.probes == 0)
+    d.notes.push_back(
+        "no probe sites: build the program with -finstrument-functions or -fpatchable-function-entry=5, "
+        "or use --trace");
   return d;
 }
 
