@@ -138,11 +138,25 @@ void check(cp::Status s) noexcept {
 
 // Switches a function's probes off if it is on; the thread that wins the state change
 // does the toggles. Entry first, so a call that starts now is not half-timed.
+// State change and toggles of one function happen under its `toggling` flag, so the
+// daemon's switch-on and a thread's switch-off cannot interleave (a switch-off whose
+// toggles landed after the daemon's reactivation would leave the state on and the probes
+// off). Probe functions only try the flag: when it is taken they skip, the next hit retries.
+bool try_toggle_lock(FuncRecord& f) noexcept {
+  std::uint64_t z = 0;
+  return A(f.toggling).compare_exchange_strong(z, 1, std::memory_order_acquire);
+}
+void toggle_unlock(FuncRecord& f) noexcept { A(f.toggling).store(0, std::memory_order_release); }
+
 void switch_off(FuncRecord& f, FnState why) noexcept {
+  if (A(f.state).load(std::memory_order_relaxed) != static_cast<std::uint64_t>(FnState::on)) return;
+  if (!try_toggle_lock(f)) return;
   std::uint64_t expected = static_cast<std::uint64_t>(FnState::on);
   if (!A(f.state).compare_exchange_strong(expected, static_cast<std::uint64_t>(why),
-                                          std::memory_order_acq_rel))
+                                          std::memory_order_acq_rel)) {
+    toggle_unlock(f);
     return;
+  }
   const std::uint64_t t0 = rdtsc();
   check(cp::deactivate(f.entry_probe));
   if (f.exit_probe != cp::kNoProbe) check(cp::deactivate(f.exit_probe));
@@ -158,6 +172,7 @@ void switch_off(FuncRecord& f, FnState why) noexcept {
   add(g_hdr->toggles, n);
   add(g_hdr->toggle_ticks, t1 - t0);
   if (why == FnState::off_budget) add(g_hdr->budget_offs, 1);
+  toggle_unlock(f);
 }
 
 void on_entry(cp::ProbeId id, std::uint64_t) noexcept;
@@ -165,11 +180,15 @@ void on_exit(cp::ProbeId id, std::uint64_t tsc) noexcept;
 
 // Exit then entry: every call whose entry is seen has its exit probe on.
 void switch_on(FuncRecord& f, FnState from) noexcept {
+  if (A(f.state).load(std::memory_order_relaxed) != static_cast<std::uint64_t>(from)) return;
+  while (!try_toggle_lock(f)) sched_yield();  // the daemon may wait; a probe function never does
   std::uint64_t expected = static_cast<std::uint64_t>(from);
   A(f.epoch_samples).store(0, std::memory_order_relaxed);
   if (!A(f.state).compare_exchange_strong(expected, static_cast<std::uint64_t>(FnState::on),
-                                          std::memory_order_acq_rel))
+                                          std::memory_order_acq_rel)) {
+    toggle_unlock(f);
     return;
+  }
   const std::uint64_t t0 = rdtsc();
   A(f.armed_tsc).store(t0, std::memory_order_relaxed);
   if (f.exit_probe != cp::kNoProbe) check(cp::activate(f.exit_probe, on_exit));
@@ -180,6 +199,7 @@ void switch_on(FuncRecord& f, FnState from) noexcept {
   add(f.toggles, n);
   add(g_hdr->toggles, n);
   add(g_hdr->toggle_ticks, t1 - t0);
+  toggle_unlock(f);
 }
 
 // Accounts the probe function's own time plus the calibrated fixed cost of a hit, and
@@ -304,15 +324,17 @@ void on_found(const cp::ProbeInfo& p, void*) {
   }
   FuncRecord& f = g_funcs[slot];
   g_slot[p.id].store(slot + 1, std::memory_order_release);
+  while (!try_toggle_lock(f)) sched_yield();  // discovery may wait (not an invocation path)
   const bool on = A(f.state).load(std::memory_order_acquire) == static_cast<std::uint64_t>(FnState::on);
   if (!on) {
     if (p.active) (void)cp::deactivate(p.id);
+    toggle_unlock(f);
     return;
   }
   // A function found on: its probes go on now (a cyg probe is already on; this gives it
   // our probe function).
   const std::uint64_t t0 = rdtsc();
-  (void)cp::activate(p.id, p.kind == cp::Kind::entry ? on_entry : on_exit);
+  check(cp::activate(p.id, p.kind == cp::Kind::entry ? on_entry : on_exit));
   const std::uint64_t t1 = rdtsc();
   // Found on at start-up (patchable scan) or on its first call (cyg, on since the start):
   // either way the window opens at the segment's start, so `full` estimates = observed.
@@ -325,6 +347,7 @@ void on_found(const cp::ProbeInfo& p, void*) {
     add(g_hdr->toggles, 1);
     add(g_hdr->toggle_ticks, t1 - t0);
   }
+  toggle_unlock(f);
 }
 
 // Fixed cost of an active probe hit: calls of the calibration target with its probes off

@@ -87,6 +87,7 @@ struct FuncRecord {
   std::uint32_t exit_probe;
   std::uint32_t pad;
   std::uint64_t state;          // FnState
+  std::uint64_t toggling;       // 1 while a thread changes state + probes (try-lock)
   std::uint64_t calls;          // entry-probe hits (calls observed)
   std::uint64_t samples;        // exit-probe hits with a known entry TSC
   std::uint64_t sum_ticks;      // sum of sampled durations
