@@ -73,6 +73,7 @@ INSTANTIATE_TEST_SUITE_P(
                           "only a thread focus"},
                       Bad{"[[metric]]\nname = \"x\"\nper = \"thread\"\nkind = \"histogram\"\n", "not kept per thread"},
                       Bad{"[metric]\nname = \"x\"\n", "no [[metric]]"},
-                      Bad{"title = \"x\"\n", "unknown key 'title'"}));
+                      Bad{"title = \"x\"\n", "unknown key 'title'"}),
+    [](const auto& pi) { return std::to_string(pi.index); });
 
 }  // namespace

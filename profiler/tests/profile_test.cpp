@@ -132,7 +132,7 @@ INSTANTIATE_TEST_SUITE_P(Providers, PolicyTest,
                                            Case{"cyg", "converge"}, Case{"cyg", "none"}, Case{"pfe", "full"},
                                            Case{"pfe", "paper"}, Case{"pfe", "budget"}, Case{"pfe", "converge"},
                                            Case{"pfe", "none"}),
-                         [](const auto& info) { return std::string(info.param.prog) + "_" + info.param.policy; });
+                         [](const auto& pi) { return std::string(pi.param.prog) + "_" + pi.param.policy; });
 
 class EndingTest : public ::testing::TestWithParam<const char*> {};
 
@@ -157,7 +157,9 @@ TEST_P(EndingTest, FullCountsSurvive) {
     const json* f = function(j, kLeafA);
     ASSERT_NE(f, nullptr) << e.how;
     EXPECT_EQ((*f)["calls_observed"].get<unsigned long>(), t.at("leaf_a")) << e.how;
-    if (std::string(e.how) == "signal") EXPECT_EQ(j["exit"]["signal"], 9);
+    if (std::string(e.how) == "signal") {
+      EXPECT_EQ(j["exit"]["signal"], 9);
+    }
   }
 }
 INSTANTIATE_TEST_SUITE_P(Providers, EndingTest, ::testing::Values("cyg", "pfe"));
