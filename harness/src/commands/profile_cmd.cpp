@@ -272,9 +272,17 @@ void run_profile(const ProfileOptions& o) {
   // 3. Report.
   prof::ProfileData data = prof::read_segments(raw.string(), run);
   prof::finish_stats(&data, run);
-  if (run.exit_kind == "signal")
+  if (run.exit_kind == "signal") {
     run.notes.push_back(fmt::format("the program was killed by signal {} ({}); counts are those written before it",
                                     run.signal, strsignal(run.signal)));
+    bool patchable = false;
+    for (const prof::FunctionStats& f : data.functions) patchable = patchable || f.provider == "patchable";
+    if (run.signal == SIGABRT && patchable)
+      run.notes.push_back(
+          "SIGABRT with patchable-entry probes: if stderr says 'exit trampoline without a frame', a tail call "
+          "between two exit-probed functions hit the probes layer's known problem (profiler/README.md); rebuild "
+          "with -fno-optimize-sibling-calls or narrow --functions");
+  }
   try {
     write_file(out / "profile.json", prof::report_json(data, run, metrics).dump(1) + "\n");
     write_file(out / "profile.csv", prof::report_csv(data));
