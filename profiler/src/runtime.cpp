@@ -82,7 +82,6 @@ FuncRecord* g_funcs = nullptr;
 ThreadRecord* g_threads = nullptr;
 TimelineEntry* g_timeline = nullptr;
 char* g_strings = nullptr;
-bool g_ready = false;
 
 // Probe id -> function slot + 1 (0: not ours). Written at discovery, read on every hit.
 std::atomic<std::uint32_t> g_slot[cp::kMaxProbes];
@@ -637,7 +636,6 @@ __attribute__((constructor(200))) void profile_init() {
   const long cpus = sysconf(_SC_NPROCESSORS_ONLN);
   g_process_cap.store(g_thread_cap * static_cast<std::uint64_t>(cpus > 0 ? cpus : 1));
   g_by_function = new std::unordered_map<std::uintptr_t, std::uint32_t>();
-  g_ready = true;
   (void)cp::scan_loaded_objects();
   (void)cp::on_discovery(on_found, nullptr);  // replays every probe found so far
   if (g_cfg.trace != nullptr) {
