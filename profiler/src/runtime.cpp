@@ -27,6 +27,9 @@
 #include <mutex>
 #include <string>
 #include <unordered_map>
+#include <vector>
+
+#include <Zydis/Zydis.h>
 
 #include "crossmod/probes.hpp"
 #include "crossmod/profile_format.hpp"
@@ -103,6 +106,11 @@ std::atomic<std::uint64_t> g_process_cap{0};
 std::atomic<bool> g_stopping{false};
 
 cp::ProbeId g_calib_entry = cp::kNoProbe, g_calib_exit = cp::kNoProbe;
+
+// While the constructor replays the probes found before main, patchable exit probes are
+// held back here (slot, probe id) until every patchable function is known: see tail_calls.
+bool g_defer_exits = false;
+std::vector<std::pair<std::uint32_t, cp::ProbeId>>* g_pending_exits = nullptr;
 
 struct Tls {
   ThreadRecord* rec;
@@ -267,6 +275,64 @@ void on_exit(cp::ProbeId id, std::uint64_t tsc) noexcept {
 
 void calib_probe(cp::ProbeId, std::uint64_t) noexcept {}
 
+// Whether the code in [start, bound) has a jmp that leaves it (direct, to outside the range)
+// or an indirect jmp: a possible tail call. The probes layer aborts when an exit-probed
+// function tail-calls another exit-probed function (profiler/README.md, Known problems), so
+// such functions keep their exit probe off. The bound is the next patchable function's
+// entry (at most 16 KiB): cold parts and jump tables give false positives (a function loses
+// its latency, never its calls); decoding stops at the first undecodable byte.
+bool tail_calls(std::uintptr_t start, std::uintptr_t bound) noexcept {
+  ZydisDecoder dec;
+  if (!ZYAN_SUCCESS(ZydisDecoderInit(&dec, ZYDIS_MACHINE_MODE_LONG_64, ZYDIS_STACK_WIDTH_64))) return true;
+  std::uintptr_t at = start;
+  while (at < bound) {
+    ZydisDecodedInstruction insn;
+    ZydisDecodedOperand ops[ZYDIS_MAX_OPERAND_COUNT];
+    if (!ZYAN_SUCCESS(ZydisDecoderDecodeFull(&dec, reinterpret_cast<const void*>(at), bound - at, &insn, ops)))
+      return false;
+    if (insn.mnemonic == ZYDIS_MNEMONIC_JMP) {
+      if (ops[0].type != ZYDIS_OPERAND_TYPE_IMMEDIATE) return true;
+      const std::uintptr_t target =
+          at + insn.length + static_cast<std::uintptr_t>(static_cast<std::intptr_t>(ops[0].imm.value.s));
+      if (target < start || target >= bound) return true;
+    }
+    at += insn.length;
+  }
+  return false;
+}
+
+// After the replay: patchable exit probes go on except for functions that may tail-call.
+void resolve_pending_exits() {
+  std::vector<std::uintptr_t> starts;
+  const std::uint64_t nf = A(g_hdr->nfuncs).load(std::memory_order_acquire);
+  for (std::uint64_t i = 0; i < nf; ++i)
+    if (g_funcs[i].provider == static_cast<std::uint32_t>(cp::Provider::patchable)) starts.push_back(g_funcs[i].function);
+  std::sort(starts.begin(), starts.end());
+  for (const auto& [slot, id] : *g_pending_exits) {
+    FuncRecord& f = g_funcs[slot];
+    auto next = std::upper_bound(starts.begin(), starts.end(), f.function);
+    std::uintptr_t bound = f.function + 16384;
+    if (next != starts.end()) bound = std::min<std::uintptr_t>(bound, *next);
+    if (tail_calls(f.function, bound)) {
+      f.flags |= kFuncNoExit;
+      add(g_hdr->no_exit_funcs, 1);
+      continue;
+    }
+    while (!try_toggle_lock(f)) sched_yield();
+    A(f.exit_probe).store(id, std::memory_order_release);
+    g_slot[id].store(slot + 1, std::memory_order_release);
+    if (A(f.state).load(std::memory_order_acquire) == static_cast<std::uint64_t>(FnState::on)) {
+      const std::uint64_t t0 = rdtsc();
+      check(cp::activate(id, on_exit));
+      add(f.toggles, 1);
+      add(g_hdr->toggles, 1);
+      add(g_hdr->toggle_ticks, rdtsc() - t0);
+    }
+    toggle_unlock(f);
+  }
+  g_pending_exits->clear();
+}
+
 std::uint32_t intern(const char* s) noexcept {  // caller holds g_mutex
   const std::size_t n = std::strlen(s) + 1;
   const std::uint64_t used = A(g_hdr->string_used).load(std::memory_order_relaxed);
@@ -319,6 +385,10 @@ void on_found(const cp::ProbeInfo& p, void*) {
       A(g_hdr->nfuncs).store(i + 1, std::memory_order_release);
     }
     FuncRecord& f = g_funcs[slot];
+    if (g_defer_exits && p.kind == cp::Kind::exit && p.provider == cp::Provider::patchable) {
+      g_pending_exits->emplace_back(slot, p.id);
+      return;
+    }
     A(p.kind == cp::Kind::entry ? f.entry_probe : f.exit_probe).store(p.id, std::memory_order_release);
   }
   FuncRecord& f = g_funcs[slot];
@@ -637,7 +707,13 @@ __attribute__((constructor(200))) void profile_init() {
   g_process_cap.store(g_thread_cap * static_cast<std::uint64_t>(cpus > 0 ? cpus : 1));
   g_by_function = new std::unordered_map<std::uintptr_t, std::uint32_t>();
   (void)cp::scan_loaded_objects();
+  g_pending_exits = new std::vector<std::pair<std::uint32_t, cp::ProbeId>>();
+  g_defer_exits = std::getenv("CROSSMOD_PROFILE_TAILCALL_EXITS") == nullptr;
   (void)cp::on_discovery(on_found, nullptr);  // replays every probe found so far
+  if (g_defer_exits) {
+    g_defer_exits = false;  // exits found later (none for patchable today) go on directly
+    resolve_pending_exits();
+  }
   if (g_cfg.trace != nullptr) {
     std::size_t made = 0, refused = 0;
     const cp::Status s = cp::attach_tracepoints(g_cfg.trace, g_cfg.trace_object, &made, &refused);

@@ -164,6 +164,30 @@ TEST_P(EndingTest, FullCountsSurvive) {
 }
 INSTANTIATE_TEST_SUITE_P(Providers, EndingTest, ::testing::Values("cyg", "pfe"));
 
+// A patchable -O2 build with tail calls (std::thread's _M_run jumps to the thread function):
+// tail-callers keep their exit probe off, so the program survives with every policy that
+// switches exit probes on, and the leaves still get exact counts and latencies.
+TEST(ProfileTailCalls, PatchableTailCallersKeepExitsOff) {
+  for (const char* policy : {"full", "paper"}) {
+    const Outcome r = crossmod(std::string("tail-") + policy,
+                               std::string("--quiet --policy ") + policy + " -- " + PROF_MT_PFE_TAIL + " 4 5000");
+    ASSERT_EQ(r.status, 0) << policy << r.err;
+    const auto t = truth(r.out);
+    const json j = report(r);
+    const json* leaf = function(j, kLeafA);
+    ASSERT_NE(leaf, nullptr);
+    EXPECT_TRUE((*leaf)["exit_probe"].get<bool>());
+    EXPECT_GE((*leaf)["samples"].get<unsigned long>(), 1u);
+    if (std::string(policy) == "full") {
+      EXPECT_EQ((*leaf)["calls_observed"].get<unsigned long>(), t.at("leaf_a"));
+    }
+    bool run_off = false;
+    for (const json& f : j["functions"])
+      if (f["name"].get<std::string>().find("_M_run") != std::string::npos) run_off = !f["exit_probe"].get<bool>();
+    EXPECT_TRUE(run_off) << policy;
+  }
+}
+
 // --trace goes through probes::attach_tracepoints; whatever it answers (unsupported until
 // the tracepoint provider lands), the report says so in a note and the run succeeds.
 TEST(ProfileTrace, OutcomeIsANote) {

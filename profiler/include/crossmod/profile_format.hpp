@@ -68,7 +68,8 @@ struct Header {
   std::uint64_t capped_hits;    // probe hits whose measured time exceeded kMaxHitTicks
   std::uint64_t toggle_failures;  // activate/deactivate calls that did not return ok
   std::uint64_t last_failure;     // the last such crossmod::probes::Status
-  std::uint64_t stale_exits;    // exits whose entry TSC predates the current window
+  std::uint64_t stale_exits;
+  std::uint64_t no_exit_funcs;    // patchable functions whose exit probe stays off (tail calls)    // exits whose entry TSC predates the current window
   std::uint64_t dropped_funcs;  // functions beyond max_funcs (not profiled)
   std::uint64_t dropped_threads;
   std::uint64_t flags;          // kFlag*
@@ -78,6 +79,9 @@ inline constexpr std::uint64_t kFlagDaemon = 1;       // the daemon thread start
 inline constexpr std::uint64_t kFlagCalibrated = 2;
 inline constexpr std::uint64_t kFlagTraceUnsupported = 4;
 
+// The function's exit probe is left off: it may tail-call (see runtime.cpp, tail_calls).
+inline constexpr std::uint32_t kFuncNoExit = 1;
+
 struct FuncRecord {
   std::uint64_t function;       // entry address in this image
   std::uint32_t name_off;       // offsets into the string area (NUL-terminated)
@@ -85,7 +89,7 @@ struct FuncRecord {
   std::uint32_t provider;       // crossmod::probes::Provider value
   std::uint32_t entry_probe;
   std::uint32_t exit_probe;
-  std::uint32_t pad;
+  std::uint32_t flags;          // kFunc*
   std::uint64_t state;          // FnState
   std::uint64_t toggling;       // 1 while a thread changes state + probes (try-lock)
   std::uint64_t calls;          // entry-probe hits (calls observed)

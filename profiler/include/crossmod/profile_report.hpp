@@ -49,7 +49,7 @@ struct FunctionStats {
   std::uint64_t calls_observed = 0, samples = 0, sum_ticks = 0, toggles = 0;
   double calls_estimated = 0, active_ticks = 0, run_ticks = 0;
   double mean = 0, ci_lo = 0, ci_hi = 0, p50 = 0, p99 = 0, share = 0;
-  bool has_ci = false, converged = false;
+  bool has_ci = false, converged = false, exit_probe = true;
   std::uint64_t batches = 0;
   double b_s2 = 0, b_sn = 0, b_n2 = 0;
   std::vector<std::uint64_t> hist;

@@ -130,6 +130,10 @@ ProfileData read_segments(const std::string& raw_dir, const RunInfo& run) {
     d.budget_offs += h.budget_offs;
     d.capped_hits += h.capped_hits;
     d.stale_exits += h.stale_exits;
+    if (h.no_exit_funcs > 0)
+      d.notes.push_back(fmt::format(
+          "segment {}: {} patchable functions may tail-call; their exit probes stay off (calls, no latency): "
+          "the probes layer aborts on tail calls between exit-probed functions", h.segment, h.no_exit_funcs));
     if (h.toggle_failures > 0)
       d.notes.push_back(fmt::format("segment {}: {} probe toggles failed (last status: {})", h.segment,
                                     h.toggle_failures, status_name(h.last_failure)));
@@ -165,6 +169,7 @@ ProfileData read_segments(const std::string& raw_dir, const RunInfo& run) {
         s.object = object;
         s.provider = provider_name(f.provider);
         s.address = f.function;
+        s.exit_probe = (f.flags & kFuncNoExit) == 0;
         s.hist.assign(kHistBuckets, 0);
         d.functions.push_back(std::move(s));
       }
@@ -406,7 +411,8 @@ nlohmann::json report_json(const ProfileData& d, const RunInfo& run, const std::
                   {"active_share", s.run_ticks > 0 ? s.active_ticks / s.run_ticks : 0.0},
                   {"toggles", s.toggles},
                   {"hist", hist_json(s.hist)},
-                  {"converged", s.converged}});
+                  {"converged", s.converged},
+                  {"exit_probe", s.exit_probe}});
   }
   j["functions"] = fs;
   json ms = json::array();
