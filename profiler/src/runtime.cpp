@@ -8,7 +8,9 @@
 // Thread safety: the probe functions take no lock and allocate nothing (relaxed atomics
 // on preallocated records, initial-exec TLS); discovery takes g_mutex (probes' discovery
 // is not an invocation path). Nothing here is async-signal-safe; no signal handler is set.
+#include <dlfcn.h>
 #include <fcntl.h>
+#include <link.h>
 #include <fnmatch.h>
 #include <pthread.h>
 #include <sys/mman.h>
@@ -301,18 +303,27 @@ bool tail_calls(std::uintptr_t start, std::uintptr_t bound) noexcept {
   return false;
 }
 
-// After the replay: patchable exit probes go on except for functions that may tail-call.
+// After the replay (and after attach_tracepoints): the held-back exit probes (patchable,
+// tracepoint: both redirect the return address) go on except for functions that may
+// tail-call. A function's end: its dynamic symbol's size when dladdr1 finds one starting
+// there, else the next known function's entry, at most 16 KiB on.
 void resolve_pending_exits() {
   std::vector<std::uintptr_t> starts;
   const std::uint64_t nf = A(g_hdr->nfuncs).load(std::memory_order_acquire);
-  for (std::uint64_t i = 0; i < nf; ++i)
-    if (g_funcs[i].provider == static_cast<std::uint32_t>(cp::Provider::patchable)) starts.push_back(g_funcs[i].function);
+  for (std::uint64_t i = 0; i < nf; ++i) starts.push_back(g_funcs[i].function);
   std::sort(starts.begin(), starts.end());
   for (const auto& [slot, id] : *g_pending_exits) {
     FuncRecord& f = g_funcs[slot];
     auto next = std::upper_bound(starts.begin(), starts.end(), f.function);
     std::uintptr_t bound = f.function + 16384;
     if (next != starts.end()) bound = std::min<std::uintptr_t>(bound, *next);
+    Dl_info dli{};
+    void* extra = nullptr;
+    const int found = dladdr1(reinterpret_cast<void*>(f.function), &dli, &extra, RTLD_DL_SYMENT);
+    const auto* sym = static_cast<const ElfW(Sym)*>(extra);
+    if (found != 0 &&
+        sym != nullptr && dli.dli_saddr == reinterpret_cast<void*>(f.function) && sym->st_size > 0)
+      bound = f.function + sym->st_size;
     if (tail_calls(f.function, bound)) {
       f.flags |= kFuncNoExit;
       add(g_hdr->no_exit_funcs, 1);
@@ -385,7 +396,8 @@ void on_found(const cp::ProbeInfo& p, void*) {
       A(g_hdr->nfuncs).store(i + 1, std::memory_order_release);
     }
     FuncRecord& f = g_funcs[slot];
-    if (g_defer_exits && p.kind == cp::Kind::exit && p.provider == cp::Provider::patchable) {
+    if (g_defer_exits && p.kind == cp::Kind::exit &&
+        (p.provider == cp::Provider::patchable || p.provider == cp::Provider::tracepoint)) {
       g_pending_exits->emplace_back(slot, p.id);
       return;
     }
@@ -716,7 +728,12 @@ __attribute__((constructor(200))) void profile_init() {
   }
   if (g_cfg.trace != nullptr) {
     std::size_t made = 0, refused = 0;
+    g_defer_exits = std::getenv("CROSSMOD_PROFILE_TAILCALL_EXITS") == nullptr;
     const cp::Status s = cp::attach_tracepoints(g_cfg.trace, g_cfg.trace_object, &made, &refused);
+    if (g_defer_exits) {
+      g_defer_exits = false;
+      resolve_pending_exits();
+    }
     char buf[200];
     if (s == cp::Status::unsupported) {
       g_hdr->flags |= kFlagTraceUnsupported;
