@@ -279,9 +279,9 @@ void run_profile(const ProfileOptions& o) {
     for (const prof::FunctionStats& f : data.functions) patchable = patchable || f.provider == "patchable";
     if (run.signal == SIGABRT && patchable)
       run.notes.push_back(
-          "SIGABRT with patchable-entry probes: if stderr says 'exit trampoline without a frame', a tail call "
-          "between two exit-probed functions hit the probes layer's known problem (profiler/README.md); rebuild "
-          "with -fno-optimize-sibling-calls or narrow --functions");
+          "SIGABRT with patchable-entry probes: a C++ exception thrown through a function whose exit probe was "
+          "on ends in std::terminate (probes layer: no CFI for a redirected return), and 'exit trampoline "
+          "without a frame' is a missed tail call (profiler/README.md, Known problems); narrow --functions");
   }
   try {
     write_file(out / "profile.json", prof::report_json(data, run, metrics).dump(1) + "\n");
