@@ -284,7 +284,7 @@ void run_profile(const ProfileOptions& o) {
           "without a frame' is a missed tail call (profiler/README.md, Known problems); narrow --functions");
   }
   try {
-    write_file(out / "profile.json", prof::report_json(data, run, metrics).dump(1) + "\n");
+    write_file(out / "profile.json", prof::report_json(data, run, metrics).dump(1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
     write_file(out / "profile.csv", prof::report_csv(data));
     write_file(out / "profile.folded", prof::report_folded(data));
   } catch (const std::exception& e) {
