@@ -585,7 +585,9 @@ void* daemon_main(void*) {
 
 void at_exit() {
   g_stopping.store(true, std::memory_order_relaxed);
-  if (g_hdr != nullptr) A(g_hdr->end_tsc).store(rdtsc(), std::memory_order_release);
+  // A forked child shares the parent's segment: only the image that made it ends it.
+  if (g_hdr != nullptr && g_hdr->pid == static_cast<std::uint64_t>(getpid()))
+    A(g_hdr->end_tsc).store(rdtsc(), std::memory_order_release);
 }
 
 bool parse_u64(const char* s, std::uint64_t* out) {
