@@ -1,11 +1,13 @@
 // A small multi-threaded program for the profiler's tests, built with
 // -finstrument-functions (prof_mt_cyg) and -fpatchable-function-entry=5 (prof_mt_pfe).
-//   prof_mt_X THREADS CALLS [exit|_exit|signal|exec]
+//   prof_mt_X THREADS CALLS [exit|_exit|signal|exec|fork]
 // Each thread calls leaf_a() CALLS times and leaf_b() CALLS/4 times; the program prints the
 // true counts on stdout ("leaf_a N", "leaf_b M") and ends the way it was told: exit(0),
 // _exit(3), SIGKILL to itself, or execve of itself with "exit" (the new image adds its own
-// calls; the counts it prints are the totals over both images).
+// calls; the counts it prints are the totals over both images), or fork: the child repeats
+// the work and exits, the parent waits for it and prints the totals of both processes.
 #include <signal.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -47,7 +49,20 @@ int main(int argc, char** argv) {
   std::vector<std::thread> ts;
   for (unsigned t = 0; t < threads; ++t) ts.emplace_back(worker, calls);
   for (auto& t : ts) t.join();
-  const unsigned images = prior + 1;
+  unsigned images = prior + 1;
+  if (how == "fork") {
+    std::fflush(stdout);
+    const pid_t pid = fork();
+    if (pid == 0) {
+      std::vector<std::thread> cs;
+      for (unsigned t = 0; t < threads; ++t) cs.emplace_back(worker, calls);
+      for (auto& t : cs) t.join();
+      std::exit(0);
+    }
+    int st = 0;
+    waitpid(pid, &st, 0);
+    images = 2;
+  }
   const unsigned long a = static_cast<unsigned long>(threads) * calls * images;
   const unsigned long b = static_cast<unsigned long>(threads) * ((calls + 3) / 4) * images;
   if (how == "exec") {

@@ -188,6 +188,21 @@ TEST(ProfileTailCalls, PatchableTailCallersKeepExitsOff) {
   }
 }
 
+// fork without exec: the child's calls land in the parent's (shared) segment; under `full`
+// the report's count is exactly both processes' calls.
+TEST(ProfileFork, ChildCountsAddUp) {
+  for (const char* prog : {PROF_MT_CYG, PROF_MT_PFE}) {
+    const Outcome r = crossmod("fork", std::string("--quiet --policy full -- ") + prog + " 2 3000 fork");
+    ASSERT_EQ(r.status, 0) << r.err;
+    const auto t = truth(r.out);
+    const json j = report(r);
+    EXPECT_EQ(j["exit"]["execs"], 0);
+    const json* f = function(j, kLeafA);
+    ASSERT_NE(f, nullptr);
+    EXPECT_EQ((*f)["calls_observed"].get<unsigned long>(), t.at("leaf_a")) << prog;
+  }
+}
+
 // --trace goes through probes::attach_tracepoints; whatever it answers (unsupported until
 // the tracepoint provider lands), the report says so in a note and the run succeeds.
 TEST(ProfileTrace, OutcomeIsANote) {
