@@ -167,8 +167,10 @@ void switch_off(FuncRecord& f, FnState why) noexcept {
     return;
   }
   const std::uint64_t t0 = rdtsc();
-  check(cp::deactivate(f.entry_probe));
-  if (f.exit_probe != cp::kNoProbe) check(cp::deactivate(f.exit_probe));
+  const cp::ProbeId entry = A(f.entry_probe).load(std::memory_order_acquire);
+  const cp::ProbeId exit = A(f.exit_probe).load(std::memory_order_acquire);
+  if (entry != cp::kNoProbe) check(cp::deactivate(entry));  // none yet: only its exit is known
+  if (exit != cp::kNoProbe) check(cp::deactivate(exit));
   const std::uint64_t t1 = rdtsc();
   const std::uint64_t since = A(f.on_since).exchange(0, std::memory_order_relaxed);
   if (since != 0 && t1 > since) add(f.active_ticks, t1 - since);
@@ -176,7 +178,7 @@ void switch_off(FuncRecord& f, FnState why) noexcept {
   const std::uint64_t first = A(f.window_first).exchange(0, std::memory_order_relaxed);
   if (first != 0 && t0 > first) add(f.rate_ticks, t0 - first);
   add(f.offs, 1);
-  const std::uint64_t n = f.exit_probe != cp::kNoProbe ? 2 : 1;
+  const std::uint64_t n = (entry != cp::kNoProbe ? 1u : 0u) + (exit != cp::kNoProbe ? 1u : 0u);
   add(f.toggles, n);
   add(g_hdr->toggles, n);
   add(g_hdr->toggle_ticks, t1 - t0);
@@ -200,11 +202,13 @@ void switch_on(FuncRecord& f, FnState from) noexcept {
   }
   const std::uint64_t t0 = rdtsc();
   A(f.armed_tsc).store(t0, std::memory_order_relaxed);
-  if (f.exit_probe != cp::kNoProbe) check(cp::activate(f.exit_probe, on_exit));
-  check(cp::activate(f.entry_probe, on_entry));
+  const cp::ProbeId entry = A(f.entry_probe).load(std::memory_order_acquire);
+  const cp::ProbeId exit = A(f.exit_probe).load(std::memory_order_acquire);
+  if (exit != cp::kNoProbe) check(cp::activate(exit, on_exit));
+  if (entry != cp::kNoProbe) check(cp::activate(entry, on_entry));
   const std::uint64_t t1 = rdtsc();
   A(f.on_since).store(t1, std::memory_order_relaxed);
-  const std::uint64_t n = f.exit_probe != cp::kNoProbe ? 2 : 1;
+  const std::uint64_t n = (entry != cp::kNoProbe ? 1u : 0u) + (exit != cp::kNoProbe ? 1u : 0u);
   add(f.toggles, n);
   add(g_hdr->toggles, n);
   add(g_hdr->toggle_ticks, t1 - t0);

@@ -6,7 +6,7 @@ set -eu
 crossmod=$1 prog=$2 out=$3
 rm -rf "$out"
 stdout=$("$crossmod" profile --quiet --policy paper --out "$out" -- "$prog" 2 2000)
-printf '%s\n' "$stdout" | grep -qx 'leaf_a 4000'
+printf '%s\n' "$stdout" | grep -qx 'leaf_a 4001'
 [ "$(printf '%s\n' "$stdout" | wc -l)" -eq 2 ]
 grep -q '"name": "(anonymous namespace)::leaf_a(unsigned int)"' "$out/profile.json"
 grep -q 'leaf_a' "$out/profile.csv"
