@@ -48,6 +48,16 @@ struct ProfileOptions {
   std::vector<std::string> command;
 };
 
+// The program being profiled, for the forwarding handler below (0: none).
+volatile sig_atomic_t g_child = 0;
+// SIGTERM / SIGHUP to the launcher go to the program instead, so that `kill` of the
+// launcher ends the program and still gives a report. Async-signal-safe: kill(2) only.
+extern "C" void forward_signal(int sig) {
+  const int saved = errno;
+  if (g_child > 0) kill(static_cast<pid_t>(g_child), sig);
+  errno = saved;
+}
+
 inline std::uint64_t rdtsc() {
   std::uint32_t lo, hi;
   asm volatile("rdtsc" : "=a"(lo), "=d"(hi));
@@ -217,17 +227,24 @@ void run_profile(const ProfileOptions& o) {
 
   // Like system(3): the launcher ignores SIGINT/SIGQUIT while the program runs, so a ^C
   // ends the program and still gives a report; the child gets default dispositions.
-  struct sigaction ign {}, old_int {}, old_quit {};
+  struct sigaction ign {}, fwd {}, old_int {}, old_quit {}, old_term {}, old_hup {};
   ign.sa_handler = SIG_IGN;
   sigemptyset(&ign.sa_mask);
   sigaction(SIGINT, &ign, &old_int);
   sigaction(SIGQUIT, &ign, &old_quit);
+  fwd.sa_handler = forward_signal;
+  sigemptyset(&fwd.sa_mask);
+  fwd.sa_flags = SA_RESTART;
+  sigaction(SIGTERM, &fwd, &old_term);
+  sigaction(SIGHUP, &fwd, &old_hup);
   posix_spawnattr_t attr;
   posix_spawnattr_init(&attr);
   sigset_t def, none;
   sigemptyset(&def);
   sigaddset(&def, SIGINT);
   sigaddset(&def, SIGQUIT);
+  sigaddset(&def, SIGTERM);
+  sigaddset(&def, SIGHUP);
   sigemptyset(&none);
   posix_spawnattr_setsigdefault(&attr, &def);
   posix_spawnattr_setsigmask(&attr, &none);
@@ -241,14 +258,18 @@ void run_profile(const ProfileOptions& o) {
   posix_spawnattr_destroy(&attr);
   int status = 0;
   if (rc == 0) {
+    g_child = pid;
     while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
     }
+    g_child = 0;
   }
   run.end_tsc = rdtsc();
   const double w1 = now_s();
   getrusage(RUSAGE_CHILDREN, &ru1);
   sigaction(SIGINT, &old_int, nullptr);
   sigaction(SIGQUIT, &old_quit, nullptr);
+  sigaction(SIGTERM, &old_term, nullptr);
+  sigaction(SIGHUP, &old_hup, nullptr);
   auto secs = [](const timeval& a, const timeval& b) {
     return static_cast<double>(b.tv_sec - a.tv_sec) + static_cast<double>(b.tv_usec - a.tv_usec) * 1e-6;
   };
