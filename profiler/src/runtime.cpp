@@ -520,6 +520,14 @@ void* daemon_main(void*) {
     while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &next, nullptr) == EINTR) {
     }
     if (g_stopping.load(std::memory_order_relaxed)) break;
+    // Woken late by more than a tick (a loaded machine): drop the missed ticks instead of
+    // running them back to back, which would make periods of no length and reset budgets.
+    timespec now_ts{};
+    clock_gettime(CLOCK_MONOTONIC, &now_ts);
+    const auto ns_of = [](const timespec& t) {
+      return static_cast<std::uint64_t>(t.tv_sec) * 1'000'000'000u + static_cast<std::uint64_t>(t.tv_nsec);
+    };
+    if (ns_of(now_ts) > ns_of(next) + tick_ns) next = now_ts;
     elapsed_ns += tick_ns;
     const bool epoch = elapsed_ns - last_epoch_ns >= g_cfg.epoch_ns;
     const bool period = g_cfg.policy == Policy::budget ? elapsed_ns - last_period_ns >= g_cfg.period_ns
