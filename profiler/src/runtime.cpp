@@ -190,15 +190,15 @@ void on_entry(cp::ProbeId id, std::uint64_t) noexcept;
 void on_exit(cp::ProbeId id, std::uint64_t tsc) noexcept;
 
 // Exit then entry: every call whose entry is seen has its exit probe on.
-void switch_on(FuncRecord& f, FnState from) noexcept {
-  if (A(f.state).load(std::memory_order_relaxed) != static_cast<std::uint64_t>(from)) return;
+bool switch_on(FuncRecord& f, FnState from) noexcept {
+  if (A(f.state).load(std::memory_order_relaxed) != static_cast<std::uint64_t>(from)) return false;
   while (!try_toggle_lock(f)) sched_yield();  // the daemon may wait; a probe function never does
   std::uint64_t expected = static_cast<std::uint64_t>(from);
   A(f.epoch_samples).store(0, std::memory_order_relaxed);
   if (!A(f.state).compare_exchange_strong(expected, static_cast<std::uint64_t>(FnState::on),
                                           std::memory_order_acq_rel)) {
     toggle_unlock(f);
-    return;
+    return false;
   }
   const std::uint64_t t0 = rdtsc();
   A(f.armed_tsc).store(t0, std::memory_order_relaxed);
@@ -213,6 +213,7 @@ void switch_on(FuncRecord& f, FnState from) noexcept {
   add(g_hdr->toggles, n);
   add(g_hdr->toggle_ticks, t1 - t0);
   toggle_unlock(f);
+  return true;
 }
 
 // Accounts the probe function's own time plus the calibrated fixed cost of a hit, and
@@ -505,6 +506,7 @@ void* daemon_main(void*) {
   clock_gettime(CLOCK_MONOTONIC, &next);
   std::uint64_t last_epoch_ns = 0, last_period_ns = 0, elapsed_ns = 0;
   std::uint64_t last_tsc = rdtsc(), last_instr = 0, last_cpu_ns = 0, period_cpu_ticks = 0;
+  std::uint64_t rotate = 0;
   {
     timespec c{};
     clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &c);
@@ -552,10 +554,24 @@ void* daemon_main(void*) {
       last_epoch_ns = elapsed_ns;
       A(g_hdr->epochs).fetch_add(1, std::memory_order_relaxed);
     }
+    // Budget: the daemon's switch-ons are instrumentation time too. They are charged to
+    // the process-wide budget (and counted in daemon_instr_ticks); once it is spent, the
+    // remaining functions stay off until the next period. The walk starts where the last
+    // one stopped, so the same functions do not always wait.
+    const bool budget = g_cfg.policy == Policy::budget;
     std::uint64_t active = 0;
-    for (std::uint64_t i = 0; i < nf; ++i) {
+    std::uint64_t resume = rotate;
+    bool spent = false;
+    for (std::uint64_t j = 0; j < nf; ++j) {
+      const std::uint64_t i = (rotate + j) % nf;
       FuncRecord& f = g_funcs[i];
       if (A(f.entry_probe).load(std::memory_order_acquire) == cp::kNoProbe) continue;
+      if (budget && !spent && g_period_spent.load(std::memory_order_relaxed) > g_process_cap.load(std::memory_order_relaxed)) {
+        spent = true;
+        resume = i;
+      }
+      const std::uint64_t t0 = rdtsc();
+      bool toggled = false;
       if (epoch) {
         fold(f);
         if (g_cfg.policy == Policy::converge && narrow_enough(f)) {
@@ -563,19 +579,26 @@ void* daemon_main(void*) {
           std::uint64_t st = static_cast<std::uint64_t>(FnState::off_sampled);
           A(f.state).compare_exchange_strong(st, static_cast<std::uint64_t>(FnState::off_converged));
         }
-        if (g_cfg.policy != Policy::full && g_cfg.policy != Policy::none)
-          switch_on(f, FnState::off_sampled);
+        if (g_cfg.policy != Policy::full && g_cfg.policy != Policy::none && !spent)
+          toggled = switch_on(f, FnState::off_sampled);
       }
-      if (period && g_cfg.policy == Policy::budget) switch_on(f, FnState::off_budget);
+      if (period && budget && !spent) toggled = switch_on(f, FnState::off_budget) || toggled;
+      if (toggled && budget) {
+        const std::uint64_t cost = rdtsc() - t0;
+        g_period_spent.fetch_add(cost, std::memory_order_relaxed);
+        add(g_hdr->daemon_instr_ticks, cost);
+      }
       if (A(f.state).load(std::memory_order_relaxed) == static_cast<std::uint64_t>(FnState::on))
         active += f.exit_probe != cp::kNoProbe ? 2 : 1;
     }
+    rotate = spent ? resume : 0;
     if (period) {
       // Timeline: instrumentation time of all threads in the period just ended.
       std::uint64_t instr = 0;
       const std::uint64_t nt = std::min<std::uint64_t>(A(g_hdr->nthreads).load(std::memory_order_relaxed),
                                                        g_cfg.max_threads);
       for (std::uint64_t i = 0; i < nt; ++i) instr += A(g_threads[i].instr_ticks).load(std::memory_order_relaxed);
+      instr += A(g_hdr->daemon_instr_ticks).load(std::memory_order_relaxed);
       const std::uint64_t now = rdtsc();
       const std::uint64_t k = A(g_hdr->ntimeline).load(std::memory_order_relaxed);
       if (k < g_cfg.timeline_cap) {

@@ -61,7 +61,8 @@ struct Header {
   std::uint64_t probes;         // probes discovered
   std::uint64_t toggles;
   std::uint64_t toggle_ticks;
-  std::uint64_t instr_ticks;    // probe-function time + calib_ticks per hit
+  std::uint64_t instr_ticks;    // unused (per-thread records hold it); see daemon_instr_ticks
+  std::uint64_t daemon_instr_ticks;  // budget: the daemon's switch-ons, charged to the budget
   std::uint64_t hits;           // probe-function invocations
   std::uint64_t epochs;         // daemon folds done
   std::uint64_t budget_offs;    // times a spent budget switched a function off

@@ -141,6 +141,7 @@ ProfileData read_segments(const std::string& raw_dir, const RunInfo& run) {
     if (h.dropped_funcs > 0)
       d.notes.push_back(fmt::format("segment {}: {} functions beyond the table ({}) were not profiled",
                                     h.segment, h.dropped_funcs, h.max_funcs));
+    d.instr_ticks += h.daemon_instr_ticks;
     const std::uint64_t nt = std::min<std::uint64_t>(h.nthreads, h.max_threads);
     d.threads += h.nthreads;
     for (std::uint64_t i = 0; i < nt; ++i) {
