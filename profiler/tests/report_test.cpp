@@ -1,0 +1,114 @@
+// The launcher's statistics and readers on synthetic data: batch-means interval against a
+// hand computation, percentiles inside histogram buckets, CSV quoting, and segment files
+// that are missing or corrupt (a note, never a crash).
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+
+#include "crossmod/profile_format.hpp"
+#include "crossmod/profile_report.hpp"
+
+namespace {
+
+namespace fs = std::filesystem;
+using namespace crossmod::profile;
+
+TEST(ProfileStats, BatchMeansInterval) {
+  // Three batches (n_b, s_b): (10, 1000), (10, 1200), (20, 1800): m = 4000/40 = 100.
+  ProfileData d;
+  FunctionStats f;
+  f.name = "f";
+  f.samples = 40;
+  f.sum_ticks = 4000;
+  f.calls_estimated = 40;
+  f.hist.assign(kHistBuckets, 0);
+  f.hist[hist_bucket(100)] = 40;
+  const double b[3][2] = {{10, 1000}, {10, 1200}, {20, 1800}};
+  for (const auto& x : b) {
+    ++f.batches;
+    f.b_s2 += x[1] * x[1];
+    f.b_sn += x[1] * x[0];
+    f.b_n2 += x[0] * x[0];
+  }
+  d.functions.push_back(f);
+  RunInfo run;
+  run.tsc_hz = 1e9;
+  run.user_s = 1e-5;  // 10,000 ticks of CPU
+  finish_stats(&d, run);
+  const FunctionStats& s = d.functions[0];
+  EXPECT_DOUBLE_EQ(s.mean, 100.0);
+  // residuals s_b - m n_b: 0, 200, -200; sum of squares 80,000; nbar = 40/3.
+  const double se = std::sqrt(80000.0 / (3.0 * 2.0 * (40.0 / 3) * (40.0 / 3)));
+  const double t975_df2 = 4.302652729911275;  // Student t, 2 degrees of freedom
+  ASSERT_TRUE(s.has_ci);
+  EXPECT_NEAR(s.ci_lo, 100 - t975_df2 * se, 1e-6);
+  EXPECT_NEAR(s.ci_hi, 100 + t975_df2 * se, 1e-6);
+  // Every sample is in 100's bucket: both percentiles lie inside it.
+  const unsigned k = hist_bucket(100);
+  for (double p : {s.p50, s.p99}) {
+    EXPECT_GE(p, static_cast<double>(hist_lower(k)));
+    EXPECT_LE(p, static_cast<double>(hist_lower(k + 1)));
+  }
+  EXPECT_DOUBLE_EQ(s.share, 100.0 * 40 / 10000.0);
+}
+
+TEST(ProfileStats, OneBatchHasNoInterval) {
+  ProfileData d;
+  FunctionStats f;
+  f.samples = 5;
+  f.sum_ticks = 50;
+  f.batches = 1;
+  f.hist.assign(kHistBuckets, 0);
+  f.hist[hist_bucket(10)] = 5;
+  d.functions.push_back(f);
+  finish_stats(&d, RunInfo{});
+  EXPECT_FALSE(d.functions[0].has_ci);
+  EXPECT_DOUBLE_EQ(d.functions[0].mean, 10.0);
+}
+
+TEST(ProfileStats, HistogramBucketsCoverEveryDuration) {
+  for (std::uint64_t v : {0ull, 1ull, 7ull, 8ull, 9ull, 15ull, 16ull, 1000ull, 123456789ull, 1ull << 40}) {
+    const unsigned b = hist_bucket(v);
+    EXPECT_LE(hist_lower(b), v) << v;
+    EXPECT_GT(hist_lower(b + 1), v) << v;
+  }
+}
+
+TEST(ProfileReport, CsvQuotesNames) {
+  ProfileData d;
+  FunctionStats f;
+  f.name = "std::pair<int, int> f(\"x\")";
+  f.object = "/a,b/app";
+  f.hist.assign(kHistBuckets, 0);
+  d.functions.push_back(f);
+  const std::string csv = report_csv(d);
+  EXPECT_NE(csv.find("\"std::pair<int, int> f(\"\"x\"\")\",\"/a,b/app\""), std::string::npos) << csv;
+}
+
+TEST(ProfileReport, MissingAndCorruptSegmentsAreNotes) {
+  const fs::path dir = fs::temp_directory_path() / ("crossmod-seg-" + std::to_string(getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  RunInfo run;
+  ProfileData none = read_segments(dir.string(), run);
+  EXPECT_EQ(none.segments, 0u);
+  ASSERT_EQ(none.notes.size(), 1u);
+  EXPECT_NE(none.notes[0].find("no data file"), std::string::npos);
+  {
+    std::ofstream f(dir / "segment-0.bin", std::ios::binary);
+    f << std::string(4096, 'x');  // not a segment
+    std::ofstream g(dir / "segment-1.bin", std::ios::binary);  // empty
+  }
+  ProfileData bad = read_segments(dir.string(), run);
+  EXPECT_EQ(bad.segments, 0u);
+  EXPECT_EQ(bad.functions.size(), 0u);
+  ASSERT_EQ(bad.notes.size(), 2u);
+  EXPECT_NE(bad.notes[0].find("segment-0.bin: bad magic"), std::string::npos) << bad.notes[0];
+  EXPECT_NE(bad.notes[1].find("segment-1.bin: unreadable or truncated"), std::string::npos) << bad.notes[1];
+  fs::remove_all(dir);
+}
+
+}  // namespace
