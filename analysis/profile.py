@@ -349,7 +349,8 @@ def information(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """What each run kept of what full instrumentation got (same workload, same round).
     With a truth file, 'accurate' means within 10% of the true mean of the run's own truth
     file, over the truth's timed functions; without, within 10% of full's estimate over the
-    functions full saw."""
+    functions full saw. kept = (seen + accurate) / (full's seen + full's accurate);
+    kept_p50 is the same with p50 against the true mean of unpreempted calls (or full's p50)."""
     full = {(r["workload"], r["round"]): r for r in rows
             if r["policy"] == "full" and r["rc"] == 0 and r.get("_profile") is not None}
     out = []
@@ -366,9 +367,14 @@ def information(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
             def accurate(p: Profile, tr: dict[str, TruthFn]) -> set[str]:
                 est = p.by_name()
                 return {n for n in universe if n in est and _within(est[n].mean_ticks, tr[n].mean_ticks)}
+            def robust(p: Profile, tr: dict[str, TruthFn]) -> set[str]:
+                est = p.by_name()
+                return {n for n in universe if n in est
+                        and _within(est[n].p50_ticks, tr[n].mean_unpreempted_ticks)}
             seen_p = prof.seen() & set(truth)
             seen_f = fprof.seen() & set(truth)
             acc_p, acc_f = accurate(prof, truth), accurate(fprof, ftruth)
+            rob_p, rob_f = robust(prof, truth), robust(fprof, ftruth)
             basis = "truth"
         else:
             seen_f = fprof.seen()
@@ -376,6 +382,8 @@ def information(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
             fe, pe = fprof.by_name(), prof.by_name()
             acc_f = {n for n in seen_f if fe[n].mean_ticks is not None and fe[n].samples > 0} if seen_f else set()
             acc_p = {n for n in acc_f if n in pe and _within(pe[n].mean_ticks, fe[n].mean_ticks)}
+            rob_p = {n for n in acc_f if n in pe and _within(pe[n].p50_ticks, fe[n].p50_ticks)}
+            rob_f = {n for n in acc_f if fe[n].p50_ticks is not None}
             basis = "full"
         info_p, info_f = len(seen_p) + len(acc_p), len(seen_f) + len(acc_f)
         out.append({
@@ -385,6 +393,10 @@ def information(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
             "kept_seen": len(seen_p) / len(seen_f) if seen_f else None,
             "kept_accurate": len(acc_p) / len(acc_f) if acc_f else None,
             "kept": info_p / info_f if info_f else None,
+            # The same with medians: p50 within 10% of the true mean of unpreempted calls
+            # (truth), or of full's p50: robust to the rare preempted calls.
+            "p50_accurate": len(rob_p), "p50_accurate_full": len(rob_f),
+            "kept_p50": (len(seen_p) + len(rob_p)) / (len(seen_f) + len(rob_f)) if seen_f or rob_f else None,
         })
     return out
 
@@ -409,7 +421,7 @@ def dime_curve(rows: list[dict[str, Any]], info: Optional[list[dict]] = None) ->
                     "rounds": len(items), "slowdown_median": _median(s),
                     "slowdown_min": min(s) if s else None, "slowdown_max": max(s) if s else None,
                     "kept_median": med("kept"), "kept_seen_median": med("kept_seen"),
-                    "kept_accurate_median": med("kept_accurate")})
+                    "kept_accurate_median": med("kept_accurate"), "kept_p50_median": med("kept_p50")})
     out.sort(key=lambda d: (d["workload"], d["budget"] if d["budget"] is not None else 2.0))
     return out
 

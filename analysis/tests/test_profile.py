@@ -191,6 +191,8 @@ def test_information_kept(eval_folder):
     # budget 1%: 3 of 4 functions seen, 2 of 4 estimates within 10%: (3 + 2) / (4 + 4).
     assert (b1["seen"], b1["seen_full"], b1["accurate"], b1["accurate_full"]) == (3, 4, 2, 4)
     assert b1["kept"] == pytest.approx(5 / 8) and b1["basis"] == "truth"
+    # p50 is 0.98 x mean in the synthetic profiles: within 10% wherever the mean is.
+    assert (b1["p50_accurate"], b1["p50_accurate_full"]) == (2, 4) and b1["kept_p50"] == pytest.approx(5 / 8)
     assert info[("none", 0)]["kept"] == 0.0
     assert ("baseline", 0) not in info
 
