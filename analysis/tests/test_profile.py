@@ -250,3 +250,12 @@ def test_timeline_plot_skips_without_timeline(tmp_path, capsys):
     assert profile_cli.main([str(tmp_path), "--no-svg"]) == 0
     assert not (tmp_path / "plots" / "profile_overhead_timeline.png").exists()
     assert "no timeline" in capsys.readouterr().err
+
+
+def test_main_cli_includes_profile_folder(eval_folder):
+    from analysis import cli
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        rc = cli.main([str(eval_folder.parent), "--no-svg"])
+    assert rc == 0 and "profile evaluation" in out.getvalue()
+    assert_real_png(eval_folder.parent / "plots" / "profile" / "profile_dime_curve.png")
