@@ -56,10 +56,10 @@ BASE_POLICIES = ("baseline", "none", "full", "paper", "budget", "converge")
 DEFAULT_BUDGET = 0.05
 
 PRESETS = {
-    # rounds; latency_lab iterations per thread; kvpipe ops per thread; python scale; sqlite repeats
-    "quick": {"rounds": 3, "lab_iterations": 3000, "kv_ops": 10000, "py_scale": 2, "sql_repeat": 1,
+    # rounds; latency_lab iterations per thread; kvpipe ops per thread; python SCALE; sqlite rows
+    "quick": {"rounds": 3, "lab_iterations": 3000, "kv_ops": 10000, "py_scale": 15, "sql_rows": 200000,
               "budgets": "1,2,5,10,20,50", "timeout": 300},
-    "full": {"rounds": 7, "lab_iterations": 12000, "kv_ops": 40000, "py_scale": 8, "sql_repeat": 4,
+    "full": {"rounds": 7, "lab_iterations": 12000, "kv_ops": 40000, "py_scale": 40, "sql_rows": 1200000,
              "budgets": "1,2,5,10,20,50", "timeout": 900},
 }
 
@@ -124,6 +124,14 @@ def workloads(args, wdir: Path) -> dict[str, Workload]:
     kv = ["--threads", "8", "--ops", str(args.kv_ops)]
     py_script = ROOT / "profiler" / "workloads" / "python_cpu.py"
     sql = ROOT / "profiler" / "workloads" / "sqlite3_workload.sql"
+    if args.sql_rows != 100000 and args.out_dir is not None:
+        # The same statements over more rows: a copy with the row count changed, kept with the results.
+        text = sql.read_text()
+        if "x < 100000)" not in text:
+            raise UsageError(f"{sql}: no 'x < 100000)' to scale")
+        scaled = args.out_dir / f"sqlite3_workload-{args.sql_rows}.sql"
+        args.sql_to_write = (scaled, text.replace("x < 100000)", f"x < {args.sql_rows})", 1))
+        sql = scaled
     out = {
         "lab-cyg": Workload("lab-cyg", "cyg", [str(wdir / "latency_lab_cyg"), *lab], truth=True,
                             check_stdout=False, dime=True, needs=[wdir / "latency_lab_cyg"]),
@@ -143,7 +151,8 @@ def workloads(args, wdir: Path) -> dict[str, Workload]:
 
 def plan(args, wls: dict[str, Workload]) -> list[tuple[int, Workload, Config]]:
     configs = [Config(p, DEFAULT_BUDGET if p == "budget" else None) for p in args.policies]
-    dime = [Config("budget", b) for b in args.budgets if abs(b - DEFAULT_BUDGET) > 1e-12]
+    dime = [Config("budget", b) for b in args.budgets if abs(b - DEFAULT_BUDGET) > 1e-12] \
+        if "budget" in args.policies else []
     runs = []
     for rnd in range(args.rounds):
         for name in args.workloads:
@@ -230,6 +239,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--lab-iterations", type=int, help="latency_lab iterations per thread")
     p.add_argument("--kv-ops", type=int, help="kvpipe operations per thread")
     p.add_argument("--py-scale", type=int, help="python_cpu.py SCALE")
+    p.add_argument("--sql-rows", type=int, help="rows of sqlite3_workload.sql's table (file default 100000)")
     p.add_argument("--python-trace", default="Py*", help="--trace pattern for python3 (default 'Py*')")
     p.add_argument("--sqlite-trace", default="sqlite3_*", help="--trace pattern for sqlite3 (default 'sqlite3_*')")
     p.add_argument("--profile-arg", action="append", default=[], metavar="ARG",
@@ -249,7 +259,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         preset = PRESETS[args.preset]
-        for key in ("rounds", "lab_iterations", "kv_ops", "py_scale", "timeout"):
+        for key in ("rounds", "lab_iterations", "kv_ops", "py_scale", "sql_rows", "timeout"):
             if getattr(args, key) is None:
                 setattr(args, key, preset[key])
             if getattr(args, key) <= 0:
@@ -263,6 +273,11 @@ def main(argv: Optional[list[str]] = None) -> int:
             raise UsageError("--policies must include baseline: slowdowns are against it")
         wdir = args.workloads_dir or next((d for d in (ROOT / "build" / "profiler" / "workloads", ROOT / "build-workloads")
                                           if (d / "latency_lab_cyg").is_file()), ROOT / "build" / "profiler" / "workloads")
+        machine = args.machine or machine_slug(args.crossmod)
+        out = args.out or ROOT / "results" / machine / "profile"
+        if not args.dry_run and (out / "runs.csv").exists():
+            raise UsageError(f"{out}/runs.csv exists; move it away or give --out")
+        args.out_dir = out
         wls = workloads(args, wdir)
         args.workloads = [w.strip() for w in args.workloads.split(",") if w.strip()]
         args.dime_workloads = [w.strip() for w in args.dime_workloads.split(",") if w.strip()]
@@ -274,8 +289,6 @@ def main(argv: Optional[list[str]] = None) -> int:
         return 2
 
     runs = plan(args, wls)
-    machine = args.machine or machine_slug(args.crossmod)
-    out = args.out or ROOT / "results" / machine / "profile"
     if args.dry_run:
         print(f"# {len(runs)} runs, {args.rounds} rounds, into {out}")
         for i, (rnd, w, c) in enumerate(runs):
@@ -284,24 +297,26 @@ def main(argv: Optional[list[str]] = None) -> int:
             print(f"{i:4d} r{rnd} {w.name:11s} {c.label:9s} {' '.join(cmd)}" + (f" < {w.stdin}" if w.stdin else ""))
         return 0
 
-    missing = sorted({str(n) for _, w, _ in runs for n in w.needs if not n.exists()})
+    sql_to_write = getattr(args, "sql_to_write", None)
+    missing = sorted({str(n) for _, w, _ in runs for n in w.needs if not n.exists()
+                      and (sql_to_write is None or n != sql_to_write[0])})
     if not args.crossmod.is_file():
         missing.insert(0, str(args.crossmod))
     if missing:
         print(f"profile_eval: missing {', '.join(missing)} (build: cmake --build build --target crossmod "
               "profile_workloads)", file=sys.stderr)
         return 2
-    if (out / "runs.csv").exists():
-        print(f"profile_eval: {out}/runs.csv exists; move it away or give --out", file=sys.stderr)
-        return 2
     out.mkdir(parents=True, exist_ok=True)
+    if sql_to_write is not None and "sqlite3" in args.workloads:
+        sql_to_write[0].write_text(sql_to_write[1])
     started = dt.datetime.now(dt.timezone.utc)
     context = {"tool": "scripts/profile_eval.py", "argv": sys.argv[1:] if argv is None else argv,
                "machine": machine, "start_utc": started.isoformat(timespec="seconds"),
                "git": subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True,
                                      text=True).stdout.strip(),
                "rounds": args.rounds, "preset": args.preset,
-               "sizes": {"lab_iterations": args.lab_iterations, "kv_ops": args.kv_ops, "py_scale": args.py_scale},
+               "sizes": {"lab_iterations": args.lab_iterations, "kv_ops": args.kv_ops, "py_scale": args.py_scale,
+                         "sql_rows": args.sql_rows},
                "budgets": args.budgets, "runs_planned": len(runs),
                "versions": {"python3": subprocess.run(["/usr/bin/python3", "--version"], capture_output=True,
                                                       text=True).stdout.strip(),
