@@ -27,6 +27,7 @@ int main(int argc, char** argv) {
   crossmod::harness::register_plot(app);
   crossmod::harness::register_crosscheck(app);
   crossmod::harness::register_trace(app);
+  crossmod::harness::register_profile(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -28,5 +28,6 @@ void register_bench(CLI::App& app);
 void register_plot(CLI::App& app);
 void register_crosscheck(CLI::App& app);
 void register_trace(CLI::App& app);
+void register_profile(CLI::App& app);
 
 }  // namespace crossmod::harness

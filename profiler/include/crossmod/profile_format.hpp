@@ -1,0 +1,150 @@
+// The profiler's crash-proof data file: one MAP_SHARED, file-backed segment per process
+// image (a new one after every execve), written by libcrossmod_profile.so while the
+// program runs and read by `crossmod profile` after it ends, however it ends.
+// Layout: Header | FuncRecord[max_funcs] | ThreadRecord[max_threads] | TimelineEntry[cap]
+// | string area. Every field the program writes concurrently is a lock-free 64-bit atomic
+// (std::atomic_ref over plain integers, so the layout is the same in both processes).
+// Thread safety: the writer side is lock-free; the reader runs after the writer is gone.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+
+namespace crossmod::profile {
+
+inline constexpr char kMagic[8] = {'C', 'M', 'P', 'R', 'O', 'F', '1', '\0'};
+inline constexpr std::uint32_t kVersion = 1;
+// Latency histogram: 4 buckets per power of two ("log2-ish"), up to 2^kHistOctaves ticks.
+inline constexpr unsigned kHistSub = 4;
+inline constexpr unsigned kHistOctaves = 48;
+inline constexpr unsigned kHistBuckets = kHistSub * kHistOctaves;
+
+enum class Policy : std::uint32_t { none = 0, paper = 1, budget = 2, converge = 3, full = 4 };
+enum class FnState : std::uint64_t {
+  on = 0,
+  off_sampled = 1,    // took its samples this epoch; back on at the next epoch
+  off_budget = 2,     // switched off because a budget was spent; back on next period
+  off_converged = 3,  // CI narrow enough: off for good (converge)
+  off_focus = 4,      // outside --functions or policy none: never on
+};
+
+struct Header {
+  char magic[8];
+  std::uint32_t version;
+  std::uint32_t header_bytes;
+  std::uint32_t max_funcs;
+  std::uint32_t max_threads;
+  std::uint32_t timeline_cap;
+  std::uint32_t string_bytes;
+  std::uint64_t total_bytes;
+  std::uint64_t pid;
+  std::uint64_t segment;  // 0 for the first image, n after the n-th execve
+  // Policy as the runtime understood it.
+  std::uint32_t policy;
+  std::uint32_t samples;
+  double budget;
+  std::uint64_t epoch_ns;
+  std::uint64_t period_ns;
+  double ci;
+  std::uint64_t calib_ticks;    // fixed cost of one active probe hit (0: not calibrated)
+  std::uint64_t start_tsc;
+  // Written by the program while it runs (atomic_ref).
+  std::uint64_t end_tsc;        // set at a clean exit (atexit), 0 otherwise
+  std::uint64_t nfuncs;
+  std::uint64_t nthreads;
+  std::uint64_t ntimeline;
+  std::uint64_t string_used;
+  std::uint64_t probes;         // probes discovered
+  std::uint64_t toggles;
+  std::uint64_t toggle_ticks;
+  std::uint64_t instr_ticks;    // probe-function time + calib_ticks per hit
+  std::uint64_t hits;           // probe-function invocations
+  std::uint64_t epochs;         // daemon folds done
+  std::uint64_t budget_offs;    // times a spent budget switched a function off
+  std::uint64_t dropped_funcs;  // functions beyond max_funcs (not profiled)
+  std::uint64_t dropped_threads;
+  std::uint64_t flags;          // kFlag*
+  char note[256];               // one line from the runtime (e.g. tracepoints unsupported)
+};
+inline constexpr std::uint64_t kFlagDaemon = 1;       // the daemon thread started
+inline constexpr std::uint64_t kFlagCalibrated = 2;
+inline constexpr std::uint64_t kFlagTraceUnsupported = 4;
+
+struct FuncRecord {
+  std::uint64_t function;       // entry address in this image
+  std::uint32_t name_off;       // offsets into the string area (NUL-terminated)
+  std::uint32_t object_off;
+  std::uint32_t provider;       // crossmod::probes::Provider value
+  std::uint32_t entry_probe;
+  std::uint32_t exit_probe;
+  std::uint32_t pad;
+  std::uint64_t state;          // FnState
+  std::uint64_t calls;          // entry-probe hits (calls observed)
+  std::uint64_t samples;        // exit-probe hits with a known entry TSC
+  std::uint64_t sum_ticks;      // sum of sampled durations
+  std::uint64_t epoch_samples;  // samples since the last reactivation
+  std::uint64_t on_since;       // TSC when the entry probe was last switched on, 0 if off
+  std::uint64_t active_ticks;   // closed active windows
+  std::uint64_t toggles;
+  // Batch means over daemon epochs (written by the daemon only).
+  std::uint64_t folded_n;       // samples folded so far
+  std::uint64_t folded_sum;
+  std::uint64_t batches;        // epochs with at least one sample
+  double bsum_s2;               // sum over batches of s_b^2
+  double bsum_sn;               // s_b * n_b
+  double bsum_n2;               // n_b^2
+  std::uint64_t hist[kHistBuckets];
+};
+
+struct ThreadRecord {
+  std::uint64_t tid;
+  std::uint64_t calls;
+  std::uint64_t samples;
+  std::uint64_t sum_ticks;
+  std::uint64_t instr_ticks;
+  std::uint64_t budget_hits;  // hits that found this thread's budget spent
+};
+
+struct TimelineEntry {
+  std::uint64_t tsc;           // end of the period
+  std::uint64_t instr_ticks;   // spent in the period, all threads
+  std::uint64_t threads;       // threads that hit a probe in the period
+  std::uint64_t active_probes;  // probes on at the end of the period
+  std::uint64_t period_ticks;
+};
+
+struct Layout {
+  std::size_t funcs, threads, timeline, strings, total;
+};
+constexpr std::size_t align64(std::size_t n) { return (n + 63) & ~std::size_t{63}; }
+constexpr Layout layout(std::uint32_t max_funcs, std::uint32_t max_threads,
+                        std::uint32_t timeline_cap, std::uint32_t string_bytes) {
+  Layout l{};
+  l.funcs = align64(sizeof(Header));
+  l.threads = align64(l.funcs + sizeof(FuncRecord) * max_funcs);
+  l.timeline = align64(l.threads + sizeof(ThreadRecord) * max_threads);
+  l.strings = align64(l.timeline + sizeof(TimelineEntry) * timeline_cap);
+  l.total = align64(l.strings + string_bytes);
+  return l;
+}
+
+// Bucket of a duration: octave o = floor(log2(d)), sub-bucket from the next two bits.
+// Lower edge of bucket b: (4 + b%4) << (b/4) >> 2 for b >= 8; buckets 0..7 hold 0..7 exactly
+// in effect (d < 8 maps to bucket d with the formula below).
+constexpr unsigned hist_bucket(std::uint64_t d) {
+  if (d < 8) return static_cast<unsigned>(d);
+  unsigned o = 63u - static_cast<unsigned>(__builtin_clzll(d));  // >= 3
+  unsigned sub = static_cast<unsigned>((d >> (o - 2)) & 3u);
+  unsigned b = o * kHistSub + sub - 4;  // o=3 -> 8..11
+  return b < kHistBuckets ? b : kHistBuckets - 1;
+}
+constexpr std::uint64_t hist_lower(unsigned b) {
+  if (b < 8) return b;
+  unsigned o = (b + 4) / kHistSub;
+  unsigned sub = (b + 4) % kHistSub;
+  return (std::uint64_t{4} + sub) << (o - 2);
+}
+static_assert(hist_bucket(7) == 7 && hist_bucket(8) == 8 && hist_bucket(10) == 9);
+static_assert(hist_lower(hist_bucket(1000)) <= 1000 && hist_lower(hist_bucket(1000) + 1) > 1000);
+static_assert(hist_lower(9) == 10 && hist_lower(12) == 16);
+
+}  // namespace crossmod::profile

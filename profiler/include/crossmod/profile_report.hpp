@@ -1,0 +1,89 @@
+// The launcher's half of `crossmod profile`: metric description files (TOML), reading and
+// merging the runtime's segment files, statistics, and the report writers (JSON, CSV,
+// folded, the stderr table). Used by harness/src/commands/profile_cmd.cpp.
+// Thread safety: none needed (the launcher's main thread). Errors: status + message, no throw.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace crossmod::profile {
+
+// One metric of a description file (Paradyn-MDL style: what, per what, over which focus).
+struct MetricSpec {
+  std::string name;
+  std::string kind = "count";  // count | latency | histogram
+  std::string per = "function";  // function | thread | total
+  std::string functions = "*";  // fnmatch over the demangled name
+  std::string object = "*";     // fnmatch over the object path
+  std::string thread = "*";     // fnmatch over the decimal thread id (per = thread)
+  std::string description;
+  std::string file;
+};
+// Parses one file and appends its metrics. false + one line in *err on any problem:
+// syntax (with the line), an unknown key, a bad value, a duplicate name (across files too).
+bool load_metrics(const std::string& path, std::vector<MetricSpec>* out, std::string* err);
+
+struct PolicyInfo {
+  std::string name = "budget";
+  double budget = 0.05, period_s = 0.01, epoch_s = 0.01, ci = 0.05;
+  unsigned samples = 10;
+};
+
+struct RunInfo {
+  std::vector<std::string> command;
+  PolicyInfo policy;
+  std::string exit_kind = "exit";  // exit | signal | spawn_failed
+  int status = 0;                  // exit status, or 128 + signal
+  int signal = 0;
+  double wall_s = 0, user_s = 0, sys_s = 0, tsc_hz = 0;
+  std::uint64_t start_tsc = 0, end_tsc = 0;  // the launcher's, around the child's life
+  std::vector<std::string> notes;
+};
+
+struct FunctionStats {
+  std::string name, object, provider;
+  std::uint64_t address = 0;
+  std::uint64_t calls_observed = 0, samples = 0, sum_ticks = 0, toggles = 0;
+  double calls_estimated = 0, active_ticks = 0, run_ticks = 0;
+  double mean = 0, ci_lo = 0, ci_hi = 0, p50 = 0, p99 = 0, share = 0;
+  bool has_ci = false, converged = false;
+  std::uint64_t batches = 0;
+  double b_s2 = 0, b_sn = 0, b_n2 = 0;
+  std::vector<std::uint64_t> hist;
+};
+struct ThreadStats {
+  std::uint64_t tid = 0, segment = 0, calls = 0, samples = 0, sum_ticks = 0, instr_ticks = 0, budget_hits = 0;
+};
+struct TimelinePoint {
+  double t_s = 0, instr_share = 0;
+  std::uint64_t active_probes = 0, threads = 0;
+};
+struct ProfileData {
+  unsigned segments = 0;
+  std::uint64_t probes = 0, toggles = 0, toggle_ticks = 0, instr_ticks = 0, calib_ticks = 0;
+  std::uint64_t dropped_funcs = 0, dropped_threads = 0, threads = 0, budget_offs = 0;
+  std::vector<FunctionStats> functions;  // merged over segments by (object, name)
+  std::vector<ThreadStats> threads_list;
+  std::vector<TimelinePoint> timeline;
+  std::vector<std::string> notes;
+};
+
+// Reads raw/segment-N.bin of `dir` in order; never fails (problems become notes).
+ProfileData read_segments(const std::string& raw_dir, const RunInfo& run);
+
+// Statistics over merged counters: estimates, batch-means interval, percentiles, shares.
+void finish_stats(ProfileData* d, const RunInfo& run);
+
+nlohmann::json report_json(const ProfileData& d, const RunInfo& run, const std::vector<MetricSpec>& metrics);
+std::string report_csv(const ProfileData& d);
+std::string report_folded(const ProfileData& d);
+std::string report_table(const ProfileData& d, const RunInfo& run, std::size_t top);
+
+// Paths of the two libraries the launcher preloads (build tree).
+const char* probes_library();
+const char* profile_library();
+
+}  // namespace crossmod::profile

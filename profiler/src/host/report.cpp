@@ -1,0 +1,475 @@
+// Reads the runtime's segment files after the program ended, merges them over process
+// images (execve) by (object, name), computes the statistics, and writes the reports.
+// Thread safety: single-threaded (the launcher). Never throws on bad segment data: a
+// segment that fails validation is skipped with a note.
+#include <dirent.h>
+#include <fcntl.h>
+#include <fnmatch.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <boost/math/distributions/students_t.hpp>
+#include <cmath>
+#include <cstring>
+#include <fmt/core.h>
+#include <map>
+#include <sstream>
+
+#include "crossmod/profile_format.hpp"
+#include "crossmod/profile_report.hpp"
+#include "crossmod/probes.h"
+
+namespace crossmod::profile {
+namespace {
+
+const char* provider_name(std::uint32_t p) {
+  switch (p) {
+    case CROSSMOD_PROVIDER_CYG: return "cyg";
+    case CROSSMOD_PROVIDER_PATCHABLE: return "patchable";
+    case CROSSMOD_PROVIDER_TRACEPOINT: return "tracepoint";
+    default: return "manual";
+  }
+}
+
+struct Mapped {
+  void* p = MAP_FAILED;
+  std::size_t n = 0;
+  ~Mapped() {
+    if (p != MAP_FAILED) munmap(p, n);
+  }
+};
+
+std::string cstr_at(const char* strings, std::uint64_t used, std::uint32_t off) {
+  if (off >= used) return "?";
+  const char* s = strings + off;
+  const std::size_t n = strnlen(s, used - off);
+  return std::string(s, n);
+}
+
+}  // namespace
+
+ProfileData read_segments(const std::string& raw_dir, const RunInfo& run) {
+  ProfileData d;
+  std::vector<std::pair<unsigned, std::string>> files;
+  if (DIR* dir = opendir(raw_dir.c_str())) {
+    while (dirent* e = readdir(dir)) {
+      unsigned n = 0;
+      char tail[8] = {};
+      if (std::sscanf(e->d_name, "segment-%u.%4s", &n, tail) == 2 && std::strcmp(tail, "bin") == 0)
+        files.emplace_back(n, raw_dir + "/" + e->d_name);
+    }
+    closedir(dir);
+  }
+  std::sort(files.begin(), files.end());
+  if (files.empty())
+    d.notes.push_back(
+        "no data file: the program never loaded libcrossmod_profile.so (a static or setuid binary, "
+        "LD_PRELOAD removed, or it could not be executed)");
+
+  // First pass: start TSCs, so an image that ended by execve ends where the next begins.
+  std::vector<std::unique_ptr<Mapped>> maps;
+  std::vector<const Header*> hdrs;
+  for (auto& [n, path] : files) {
+    auto m = std::make_unique<Mapped>();
+    const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    struct stat st {};
+    if (fd < 0 || fstat(fd, &st) != 0 || static_cast<std::size_t>(st.st_size) < sizeof(Header)) {
+      if (fd >= 0) close(fd);
+      d.notes.push_back(fmt::format("segment-{}.bin: unreadable or truncated, skipped", n));
+      continue;
+    }
+    m->n = static_cast<std::size_t>(st.st_size);
+    m->p = mmap(nullptr, m->n, PROT_READ, MAP_SHARED, fd, 0);
+    close(fd);
+    if (m->p == MAP_FAILED) {
+      d.notes.push_back(fmt::format("segment-{}.bin: cannot map, skipped", n));
+      continue;
+    }
+    const auto* h = static_cast<const Header*>(m->p);
+    const Layout l = layout(h->max_funcs, h->max_threads, h->timeline_cap, h->string_bytes);
+    if (std::memcmp(h->magic, kMagic, sizeof kMagic) != 0 || h->version != kVersion ||
+        h->header_bytes != sizeof(Header) || h->total_bytes != m->n || l.total != m->n ||
+        h->nfuncs > h->max_funcs || h->string_used > h->string_bytes) {
+      d.notes.push_back(fmt::format("segment-{}.bin: bad magic, version or sizes, skipped", n));
+      continue;
+    }
+    hdrs.push_back(h);
+    maps.push_back(std::move(m));
+  }
+
+  std::map<std::pair<std::string, std::string>, std::size_t> index;
+  const double t0 = hdrs.empty() ? static_cast<double>(run.start_tsc) : static_cast<double>(hdrs[0]->start_tsc);
+  for (std::size_t k = 0; k < hdrs.size(); ++k) {
+    const Header& h = *hdrs[k];
+    const char* base = static_cast<const char*>(maps[k]->p);
+    const Layout l = layout(h.max_funcs, h.max_threads, h.timeline_cap, h.string_bytes);
+    const auto* funcs = reinterpret_cast<const FuncRecord*>(base + l.funcs);
+    const auto* threads = reinterpret_cast<const ThreadRecord*>(base + l.threads);
+    const auto* timeline = reinterpret_cast<const TimelineEntry*>(base + l.timeline);
+    const char* strings = base + l.strings;
+    std::uint64_t end = h.end_tsc;
+    if (end == 0) end = k + 1 < hdrs.size() ? hdrs[k + 1]->start_tsc : run.end_tsc;
+    if (end < h.start_tsc) end = h.start_tsc;
+    const double seg_ticks = static_cast<double>(end - h.start_tsc);
+    ++d.segments;
+    d.probes += h.probes;
+    d.toggles += h.toggles;
+    d.toggle_ticks += h.toggle_ticks;
+    d.calib_ticks = std::max(d.calib_ticks, h.calib_ticks);
+    d.dropped_funcs += h.dropped_funcs;
+    d.dropped_threads += h.dropped_threads;
+    d.budget_offs += h.budget_offs;
+    if (h.note[0] != '\0') d.notes.push_back(std::string(h.note, strnlen(h.note, sizeof h.note)));
+    if (h.dropped_funcs > 0)
+      d.notes.push_back(fmt::format("segment {}: {} functions beyond the table ({}) were not profiled",
+                                    h.segment, h.dropped_funcs, h.max_funcs));
+    const std::uint64_t nt = std::min<std::uint64_t>(h.nthreads, h.max_threads);
+    d.threads += h.nthreads;
+    for (std::uint64_t i = 0; i < nt; ++i) {
+      const ThreadRecord& t = threads[i];
+      d.threads_list.push_back({t.tid, h.segment, t.calls, t.samples, t.sum_ticks, t.instr_ticks, t.budget_hits});
+      d.instr_ticks += t.instr_ticks;
+    }
+    for (std::uint64_t i = 0; i < std::min<std::uint64_t>(h.ntimeline, h.timeline_cap); ++i) {
+      const TimelineEntry& e = timeline[i];
+      TimelinePoint p;
+      p.t_s = run.tsc_hz > 0 ? (static_cast<double>(e.tsc) - t0) / run.tsc_hz : 0;
+      const double denom = static_cast<double>(e.period_ticks) * static_cast<double>(std::max<std::uint64_t>(e.threads, 1));
+      p.instr_share = denom > 0 ? static_cast<double>(e.instr_ticks) / denom : 0;
+      p.active_probes = e.active_probes;
+      p.threads = e.threads;
+      d.timeline.push_back(p);
+    }
+    for (std::uint64_t i = 0; i < h.nfuncs; ++i) {
+      const FuncRecord& f = funcs[i];
+      const std::string name = cstr_at(strings, h.string_used, f.name_off);
+      const std::string object = cstr_at(strings, h.string_used, f.object_off);
+      auto [it, fresh] = index.try_emplace({object, name}, d.functions.size());
+      if (fresh) {
+        FunctionStats s;
+        s.name = name;
+        s.object = object;
+        s.provider = provider_name(f.provider);
+        s.address = f.function;
+        s.hist.assign(kHistBuckets, 0);
+        d.functions.push_back(std::move(s));
+      }
+      FunctionStats& s = d.functions[it->second];
+      s.calls_observed += f.calls;
+      s.samples += f.samples;
+      s.sum_ticks += f.sum_ticks;
+      s.toggles += f.toggles;
+      double active = static_cast<double>(f.active_ticks);
+      if (f.on_since != 0 && end > f.on_since) active += static_cast<double>(end - f.on_since);
+      active = std::min(active, seg_ticks);
+      // Calls estimated: the observed rate while the entry probe was on, over the image's life.
+      double est = static_cast<double>(f.calls);
+      if (active > 0 && active < seg_ticks) est = static_cast<double>(f.calls) * seg_ticks / active;
+      s.calls_estimated += est;
+      s.active_ticks += active;
+      s.run_ticks += seg_ticks;
+      s.converged = s.converged || f.state == static_cast<std::uint64_t>(FnState::off_converged);
+      // Batches: the daemon's folds plus what came after the last fold.
+      s.batches += f.batches;
+      s.b_s2 += f.bsum_s2;
+      s.b_sn += f.bsum_sn;
+      s.b_n2 += f.bsum_n2;
+      if (f.samples > f.folded_n && f.sum_ticks >= f.folded_sum) {
+        const double bn = static_cast<double>(f.samples - f.folded_n);
+        const double bs = static_cast<double>(f.sum_ticks - f.folded_sum);
+        ++s.batches;
+        s.b_s2 += bs * bs;
+        s.b_sn += bs * bn;
+        s.b_n2 += bn * bn;
+      }
+      for (unsigned b = 0; b < kHistBuckets; ++b) s.hist[b] += f.hist[b];
+    }
+  }
+  return d;
+}
+
+namespace {
+double percentile(const std::vector<std::uint64_t>& hist, std::uint64_t n, double q) {
+  if (n == 0) return 0;
+  const double target = q * static_cast<double>(n);
+  double cum = 0;
+  for (unsigned b = 0; b < hist.size(); ++b) {
+    const double c = static_cast<double>(hist[b]);
+    if (c > 0 && cum + c >= target) {
+      const double lo = static_cast<double>(hist_lower(b));
+      const double hi = b + 1 < kHistBuckets ? static_cast<double>(hist_lower(b + 1)) : lo * 1.25;
+      return lo + (hi - lo) * std::clamp((target - cum) / c, 0.0, 1.0);
+    }
+    cum += c;
+  }
+  return static_cast<double>(hist_lower(kHistBuckets - 1));
+}
+}  // namespace
+
+void finish_stats(ProfileData* d, const RunInfo& run) {
+  const double cpu_ticks = (run.user_s + run.sys_s) * run.tsc_hz;
+  for (FunctionStats& s : d->functions) {
+    if (s.samples == 0) continue;
+    const double n = static_cast<double>(s.samples);
+    s.mean = static_cast<double>(s.sum_ticks) / n;
+    // Batch means (ratio estimator): the epochs are the independent units, not the samples,
+    // which come in bursts of up to --samples per epoch. Var(mean) = sum_b (s_b - m n_b)^2 /
+    // (B (B-1) nbar^2); t quantile with B-1 degrees of freedom.
+    const std::uint64_t b = s.batches;
+    if (b >= 2) {
+      const double nbar = n / static_cast<double>(b);
+      const double ss = std::max(0.0, s.b_s2 - 2 * s.mean * s.b_sn + s.mean * s.mean * s.b_n2);
+      const double se = std::sqrt(ss / (static_cast<double>(b) * static_cast<double>(b - 1) * nbar * nbar));
+      const boost::math::students_t dist(static_cast<double>(b - 1));
+      const double tq = boost::math::quantile(dist, 0.975);
+      s.ci_lo = s.mean - tq * se;
+      s.ci_hi = s.mean + tq * se;
+      s.has_ci = true;
+    }
+    s.p50 = percentile(s.hist, s.samples, 0.5);
+    s.p99 = percentile(s.hist, s.samples, 0.99);
+    if (cpu_ticks > 0) s.share = s.mean * s.calls_estimated / cpu_ticks;
+  }
+  std::stable_sort(d->functions.begin(), d->functions.end(), [](const FunctionStats& a, const FunctionStats& b) {
+    return a.mean * a.calls_estimated > b.mean * b.calls_estimated;
+  });
+}
+
+namespace {
+
+nlohmann::json hist_json(const std::vector<std::uint64_t>& hist) {
+  // Only the occupied range: edges has one more entry than counts.
+  unsigned first = 0, last = 0;
+  bool any = false;
+  for (unsigned b = 0; b < hist.size(); ++b)
+    if (hist[b] != 0) {
+      if (!any) first = b;
+      last = b;
+      any = true;
+    }
+  nlohmann::json edges = nlohmann::json::array(), counts = nlohmann::json::array();
+  if (any) {
+    for (unsigned b = first; b <= last; ++b) {
+      edges.push_back(hist_lower(b));
+      counts.push_back(hist[b]);
+    }
+    edges.push_back(last + 1 < kHistBuckets ? hist_lower(last + 1) : hist_lower(last) * 2);
+  }
+  return {{"edges_ticks", edges}, {"counts", counts}};
+}
+
+bool matches(const std::string& pattern, const std::string& s) {
+  return fnmatch(pattern.c_str(), s.c_str(), 0) == 0;
+}
+
+nlohmann::json metric_rows(const ProfileData& d, const MetricSpec& m) {
+  nlohmann::json rows = nlohmann::json::array();
+  if (m.per == "thread") {
+    for (const ThreadStats& t : d.threads_list) {
+      if (!matches(m.thread, std::to_string(t.tid))) continue;
+      nlohmann::json r = {{"tid", t.tid}, {"segment", t.segment}};
+      if (m.kind == "count") {
+        r["calls_observed"] = t.calls;
+      } else {
+        r["samples"] = t.samples;
+        r["mean_ticks"] = t.samples ? static_cast<double>(t.sum_ticks) / static_cast<double>(t.samples) : 0.0;
+      }
+      rows.push_back(r);
+    }
+    return rows;
+  }
+  std::uint64_t calls = 0, samples = 0, sum = 0;
+  double est = 0;
+  std::vector<std::uint64_t> hist(kHistBuckets, 0);
+  for (const FunctionStats& s : d.functions) {
+    if (!matches(m.functions, s.name) || !matches(m.object, s.object)) continue;
+    if (m.per == "function") {
+      nlohmann::json r = {{"name", s.name}, {"object", s.object}};
+      if (m.kind == "count") {
+        r["calls_observed"] = s.calls_observed;
+        r["calls_estimated"] = s.calls_estimated;
+      } else if (m.kind == "latency") {
+        r["samples"] = s.samples;
+        r["mean_ticks"] = s.mean;
+        r["mean_ci_ticks"] = s.has_ci ? nlohmann::json::array({s.ci_lo, s.ci_hi}) : nlohmann::json();
+        r["p50_ticks"] = s.p50;
+        r["p99_ticks"] = s.p99;
+      } else {
+        r["hist"] = hist_json(s.hist);
+      }
+      rows.push_back(r);
+    } else {
+      calls += s.calls_observed;
+      est += s.calls_estimated;
+      samples += s.samples;
+      sum += s.sum_ticks;
+      for (unsigned b = 0; b < kHistBuckets; ++b) hist[b] += s.hist[b];
+    }
+  }
+  if (m.per == "total") {
+    nlohmann::json r;
+    if (m.kind == "count") {
+      r = {{"calls_observed", calls}, {"calls_estimated", est}};
+    } else if (m.kind == "latency") {
+      r = {{"samples", samples},
+           {"mean_ticks", samples ? static_cast<double>(sum) / static_cast<double>(samples) : 0.0},
+           {"p50_ticks", percentile(hist, samples, 0.5)},
+           {"p99_ticks", percentile(hist, samples, 0.99)}};
+    } else {
+      r = {{"hist", hist_json(hist)}};
+    }
+    rows.push_back(r);
+  }
+  return rows;
+}
+
+}  // namespace
+
+nlohmann::json report_json(const ProfileData& d, const RunInfo& run, const std::vector<MetricSpec>& metrics) {
+  using nlohmann::json;
+  const double cpu_s = run.user_s + run.sys_s;
+  const double cpu_ticks = cpu_s * run.tsc_hz;
+  std::uint64_t samples = 0;
+  for (const FunctionStats& s : d.functions) samples += s.samples;
+  json j;
+  j["schema"] = 1;
+  j["tool"] = "crossmod profile";
+  j["command"] = run.command;
+  j["policy"] = {{"name", run.policy.name}, {"budget", run.policy.budget}, {"period_s", run.policy.period_s},
+                 {"samples", run.policy.samples}, {"epoch_s", run.policy.epoch_s}, {"ci", run.policy.ci}};
+  j["exit"] = {{"kind", run.exit_kind},
+               {"status", run.status},
+               {"signal", run.signal ? json(run.signal) : json()},
+               {"execs", d.segments > 0 ? d.segments - 1 : 0}};
+  j["run"] = {{"wall_s", run.wall_s}, {"cpu_s", cpu_s},     {"user_s", run.user_s},
+              {"sys_s", run.sys_s},   {"tsc_hz", run.tsc_hz}, {"threads", d.threads}};
+  j["overhead"] = {{"probes", d.probes},
+                   {"functions", d.functions.size()},
+                   {"toggles", d.toggles},
+                   {"toggles_per_s", run.wall_s > 0 ? static_cast<double>(d.toggles) / run.wall_s : 0.0},
+                   {"samples", samples},
+                   {"samples_per_s", run.wall_s > 0 ? static_cast<double>(samples) / run.wall_s : 0.0},
+                   {"instr_ticks", d.instr_ticks},
+                   {"instr_share", cpu_ticks > 0 ? static_cast<double>(d.instr_ticks) / cpu_ticks : 0.0},
+                   {"toggle_ticks", d.toggle_ticks},
+                   {"toggle_share", cpu_ticks > 0 ? static_cast<double>(d.toggle_ticks) / cpu_ticks : 0.0},
+                   {"calib_ticks_per_hit", d.calib_ticks},
+                   {"budget_offs", d.budget_offs}};
+  json tl = json::array();
+  for (const TimelinePoint& p : d.timeline)
+    tl.push_back({{"t_s", p.t_s},
+                  {"instr_share", p.instr_share},
+                  {"budget", run.policy.name == "budget" ? json(run.policy.budget) : json()},
+                  {"active_probes", p.active_probes},
+                  {"threads", p.threads}});
+  j["timeline"] = tl;
+  json fs = json::array();
+  for (const FunctionStats& s : d.functions) {
+    fs.push_back({{"name", s.name},
+                  {"object", s.object},
+                  {"address", fmt::format("{:#x}", s.address)},
+                  {"provider", s.provider},
+                  {"calls_observed", s.calls_observed},
+                  {"calls_estimated", s.calls_estimated},
+                  {"samples", s.samples},
+                  {"mean_ticks", s.samples ? json(s.mean) : json()},
+                  {"mean_ci_ticks", s.has_ci ? json::array({s.ci_lo, s.ci_hi}) : json()},
+                  {"p50_ticks", s.samples ? json(s.p50) : json()},
+                  {"p99_ticks", s.samples ? json(s.p99) : json()},
+                  {"share", s.share},
+                  {"batches", s.batches},
+                  {"toggles", s.toggles},
+                  {"hist", hist_json(s.hist)},
+                  {"converged", s.converged}});
+  }
+  j["functions"] = fs;
+  json ms = json::array();
+  for (const MetricSpec& m : metrics)
+    ms.push_back({{"name", m.name},
+                  {"kind", m.kind},
+                  {"per", m.per},
+                  {"focus", {{"functions", m.functions}, {"object", m.object}, {"thread", m.thread}}},
+                  {"description", m.description},
+                  {"file", m.file},
+                  {"rows", metric_rows(d, m)}});
+  j["metrics"] = ms;
+  json notes = json::array();
+  for (const std::string& n : d.notes) notes.push_back(n);
+  for (const std::string& n : run.notes) notes.push_back(n);
+  j["notes"] = notes;
+  return j;
+}
+
+namespace {
+std::string csv_field(const std::string& s) {
+  if (s.find_first_of(",\"\n") == std::string::npos) return s;
+  std::string o = "\"";
+  for (char c : s) {
+    if (c == '"') o += '"';
+    o += c;
+  }
+  return o + "\"";
+}
+}  // namespace
+
+std::string report_csv(const ProfileData& d) {
+  std::string o =
+      "name,object,address,provider,calls_observed,calls_estimated,samples,mean_ticks,mean_ci_lo_ticks,"
+      "mean_ci_hi_ticks,p50_ticks,p99_ticks,share,converged\n";
+  for (const FunctionStats& s : d.functions) {
+    auto num = [](bool ok, double v) { return ok ? fmt::format("{:.6g}", v) : std::string(); };
+    o += fmt::format("{},{},{:#x},{},{},{:.6g},{},{},{},{},{},{},{:.6g},{}\n", csv_field(s.name), csv_field(s.object),
+                     s.address, s.provider, s.calls_observed, s.calls_estimated, s.samples, num(s.samples > 0, s.mean),
+                     num(s.has_ci, s.ci_lo), num(s.has_ci, s.ci_hi), num(s.samples > 0, s.p50),
+                     num(s.samples > 0, s.p99), s.share, s.converged ? 1 : 0);
+  }
+  return o;
+}
+
+// One frame per line (no call stacks are recorded): estimated inclusive ticks. flamegraph.pl
+// and speedscope read it; the "flame" is one level deep.
+std::string report_folded(const ProfileData& d) {
+  std::string o;
+  for (const FunctionStats& s : d.functions) {
+    if (s.samples == 0) continue;
+    std::string name = s.name;
+    std::replace(name.begin(), name.end(), ';', ':');
+    std::replace(name.begin(), name.end(), ' ', '_');
+    const auto v = static_cast<unsigned long long>(std::llround(s.mean * s.calls_estimated));
+    if (v > 0) o += fmt::format("{} {}\n", name, v);
+  }
+  return o;
+}
+
+std::string report_table(const ProfileData& d, const RunInfo& run, std::size_t top) {
+  std::string o;
+  const double cpu_s = run.user_s + run.sys_s;
+  std::uint64_t samples = 0;
+  for (const FunctionStats& s : d.functions) samples += s.samples;
+  o += fmt::format("crossmod profile: policy {}, {} exit {}{}, wall {:.3f} s, cpu {:.3f} s, {} probes, {} functions\n",
+                   run.policy.name, run.exit_kind, run.status,
+                   run.signal ? fmt::format(" (signal {})", run.signal) : std::string(), run.wall_s, cpu_s, d.probes,
+                   d.functions.size());
+  o += fmt::format("  toggles {} ({:.0f}/s), samples {} ({:.0f}/s), instrumentation {:.2f}% of cpu, toggling {:.3f}%\n",
+                   d.toggles, run.wall_s > 0 ? static_cast<double>(d.toggles) / run.wall_s : 0.0, samples,
+                   run.wall_s > 0 ? static_cast<double>(samples) / run.wall_s : 0.0,
+                   cpu_s > 0 ? 100.0 * static_cast<double>(d.instr_ticks) / (cpu_s * run.tsc_hz) : 0.0,
+                   cpu_s > 0 ? 100.0 * static_cast<double>(d.toggle_ticks) / (cpu_s * run.tsc_hz) : 0.0);
+  o += fmt::format("  {:>12} {:>14} {:>9} {:>12} {:>10} {:>12} {:>7}  {}\n", "calls_obs", "calls_est", "samples",
+                   "mean_ticks", "+-95%", "p99_ticks", "share", "function");
+  std::size_t k = 0;
+  for (const FunctionStats& s : d.functions) {
+    if (k++ >= top) break;
+    o += fmt::format("  {:>12} {:>14.0f} {:>9} {:>12.0f} {:>10} {:>12.0f} {:>6.2f}%  {}\n", s.calls_observed,
+                     s.calls_estimated, s.samples, s.mean,
+                     s.has_ci ? fmt::format("{:.0f}", (s.ci_hi - s.ci_lo) / 2) : std::string("-"), s.p99,
+                     100 * s.share, s.name);
+  }
+  for (const std::string& n : d.notes) o += "  note: " + n + "\n";
+  for (const std::string& n : run.notes) o += "  note: " + n + "\n";
+  return o;
+}
+
+}  // namespace crossmod::profile

@@ -1,0 +1,605 @@
+// libcrossmod_profile.so: the in-process half of `crossmod profile` (PLDI'16 section 9's
+// rapid-toggling latency profiler, with a DIME*-style time budget). Preloaded after
+// libcrossmod_probes.so; configured by the CROSSMOD_PROFILE_* environment (profiler/README.md).
+// It times every call between an entry and an exit probe, switches a function's probes off
+// when its sample quota or the budget is spent, and a daemon thread switches them back on
+// once per epoch / period. Everything lands in a MAP_SHARED file (profile_format.hpp) so
+// the launcher can read it however the program ends.
+// Thread safety: the probe functions take no lock and allocate nothing (relaxed atomics
+// on preallocated records, initial-exec TLS); discovery takes g_mutex (probes' discovery
+// is not an invocation path). Nothing here is async-signal-safe; no signal handler is set.
+#include <fcntl.h>
+#include <fnmatch.h>
+#include <pthread.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+
+#include "crossmod/probes.hpp"
+#include "crossmod/profile_format.hpp"
+#include "runtime_internal.hpp"
+
+namespace crossmod::profile {
+namespace {
+
+namespace cp = crossmod::probes;
+
+inline std::uint64_t rdtsc() noexcept {
+  std::uint32_t lo, hi;
+  asm volatile("rdtsc" : "=a"(lo), "=d"(hi));
+  return (std::uint64_t{hi} << 32) | lo;
+}
+
+template <class T>
+inline std::atomic_ref<T> A(T& v) noexcept {
+  return std::atomic_ref<T>(v);
+}
+inline void add(std::uint64_t& v, std::uint64_t d) noexcept {
+  A(v).fetch_add(d, std::memory_order_relaxed);
+}
+
+// Stderr only: the profiler never writes to the program's stdout.
+void warn(const char* what) noexcept {
+  char buf[512];
+  int n = std::snprintf(buf, sizeof buf, "crossmod profile: %s\n", what);
+  if (n > 0) (void)!write(2, buf, static_cast<std::size_t>(std::min(n, 511)));
+}
+
+struct Config {
+  Policy policy = Policy::budget;
+  std::uint32_t samples = 10;
+  double budget = 0.05;
+  std::uint64_t epoch_ns = 10'000'000;
+  std::uint64_t period_ns = 10'000'000;
+  double ci = 0.05;
+  double tsc_hz = 0;
+  const char* functions = "*";
+  const char* trace = nullptr;
+  const char* trace_object = nullptr;
+  const char* dir = nullptr;
+  std::uint32_t max_funcs = 16384;
+  std::uint32_t max_threads = 1024;
+  std::uint32_t timeline_cap = 1u << 16;
+  std::uint32_t string_bytes = 8u << 20;
+};
+
+Config g_cfg;
+Header* g_hdr = nullptr;
+FuncRecord* g_funcs = nullptr;
+ThreadRecord* g_threads = nullptr;
+TimelineEntry* g_timeline = nullptr;
+char* g_strings = nullptr;
+bool g_ready = false;
+
+// Probe id -> function slot + 1 (0: not ours). Written at discovery, read on every hit.
+std::atomic<std::uint32_t> g_slot[cp::kMaxProbes];
+std::mutex g_mutex;  // discovery: slot allocation, string area, the map below
+std::unordered_map<std::uintptr_t, std::uint32_t>* g_by_function = nullptr;
+
+// Budget state: the period number (bumped by the daemon) and the time all threads spent
+// in it; threads notice a new period by comparing with their TLS copy.
+std::atomic<std::uint64_t> g_period{1};
+std::atomic<std::uint64_t> g_period_spent{0};
+std::atomic<std::uint64_t> g_period_threads{0};
+std::uint64_t g_thread_cap = 0;   // budget * period, ticks
+std::uint64_t g_process_cap = 0;  // budget * period * online CPUs
+std::atomic<bool> g_stopping{false};
+
+cp::ProbeId g_calib_entry = cp::kNoProbe, g_calib_exit = cp::kNoProbe;
+
+struct Tls {
+  ThreadRecord* rec;
+  std::uint64_t period;
+  std::uint64_t spent;
+  bool registered;
+};
+ThreadRecord g_spare_thread{};  // shared by threads beyond max_threads
+__attribute__((tls_model("initial-exec"))) thread_local Tls t_tls{};
+
+Tls& tls() noexcept {
+  Tls& t = t_tls;
+  if (!t.registered) [[unlikely]] {
+    t.registered = true;
+    const std::uint64_t i = A(g_hdr->nthreads).fetch_add(1, std::memory_order_relaxed);
+    if (i < g_cfg.max_threads) {
+      t.rec = &g_threads[i];
+      A(t.rec->tid).store(static_cast<std::uint64_t>(syscall(SYS_gettid)), std::memory_order_relaxed);
+    } else {
+      add(g_hdr->dropped_threads, 1);
+      t.rec = &g_spare_thread;
+    }
+  }
+  return t;
+}
+
+// Switches a function's probes off if it is on; the thread that wins the state change
+// does the toggles. Entry first, so a call that starts now is not half-timed.
+void switch_off(FuncRecord& f, FnState why) noexcept {
+  std::uint64_t expected = static_cast<std::uint64_t>(FnState::on);
+  if (!A(f.state).compare_exchange_strong(expected, static_cast<std::uint64_t>(why),
+                                          std::memory_order_acq_rel))
+    return;
+  const std::uint64_t t0 = rdtsc();
+  (void)cp::deactivate(f.entry_probe);
+  if (f.exit_probe != cp::kNoProbe) (void)cp::deactivate(f.exit_probe);
+  const std::uint64_t t1 = rdtsc();
+  const std::uint64_t since = A(f.on_since).exchange(0, std::memory_order_relaxed);
+  if (since != 0 && t1 > since) add(f.active_ticks, t1 - since);
+  const std::uint64_t n = f.exit_probe != cp::kNoProbe ? 2 : 1;
+  add(f.toggles, n);
+  add(g_hdr->toggles, n);
+  add(g_hdr->toggle_ticks, t1 - t0);
+  if (why == FnState::off_budget) add(g_hdr->budget_offs, 1);
+}
+
+void on_entry(cp::ProbeId id, std::uint64_t) noexcept;
+void on_exit(cp::ProbeId id, std::uint64_t tsc) noexcept;
+
+// Exit then entry: every call whose entry is seen has its exit probe on.
+void switch_on(FuncRecord& f, FnState from) noexcept {
+  std::uint64_t expected = static_cast<std::uint64_t>(from);
+  A(f.epoch_samples).store(0, std::memory_order_relaxed);
+  if (!A(f.state).compare_exchange_strong(expected, static_cast<std::uint64_t>(FnState::on),
+                                          std::memory_order_acq_rel))
+    return;
+  const std::uint64_t t0 = rdtsc();
+  if (f.exit_probe != cp::kNoProbe) (void)cp::activate(f.exit_probe, on_exit);
+  (void)cp::activate(f.entry_probe, on_entry);
+  const std::uint64_t t1 = rdtsc();
+  A(f.on_since).store(t1, std::memory_order_relaxed);
+  const std::uint64_t n = f.exit_probe != cp::kNoProbe ? 2 : 1;
+  add(f.toggles, n);
+  add(g_hdr->toggles, n);
+  add(g_hdr->toggle_ticks, t1 - t0);
+}
+
+// Accounts the probe function's own time plus the calibrated fixed cost of a hit, and
+// enforces the budget: the per-thread cap and the process-wide cap of this period.
+inline void finish(Tls& t, FuncRecord& f, std::uint64_t t0) noexcept {
+  const std::uint64_t cost = rdtsc() - t0 + g_hdr->calib_ticks;
+  add(t.rec->instr_ticks, cost);
+  if (g_cfg.policy != Policy::budget) return;
+  const std::uint64_t period = g_period.load(std::memory_order_relaxed);
+  if (t.period != period) {
+    t.period = period;
+    t.spent = 0;
+    g_period_threads.fetch_add(1, std::memory_order_relaxed);
+  }
+  t.spent += cost;
+  const std::uint64_t all = g_period_spent.fetch_add(cost, std::memory_order_relaxed) + cost;
+  if (t.spent > g_thread_cap || all > g_process_cap) {
+    add(t.rec->budget_hits, 1);
+    switch_off(f, FnState::off_budget);
+  }
+}
+
+void on_entry(cp::ProbeId id, std::uint64_t) noexcept {
+  const std::uint64_t t0 = rdtsc();
+  const std::uint32_t s = g_slot[id].load(std::memory_order_relaxed);
+  if (s == 0) return;
+  FuncRecord& f = g_funcs[s - 1];
+  Tls& t = tls();
+  add(f.calls, 1);
+  add(t.rec->calls, 1);
+  finish(t, f, t0);
+}
+
+void on_exit(cp::ProbeId id, std::uint64_t tsc) noexcept {
+  const std::uint64_t t0 = rdtsc();
+  const std::uint32_t s = g_slot[id].load(std::memory_order_relaxed);
+  if (s == 0) return;
+  FuncRecord& f = g_funcs[s - 1];
+  Tls& t = tls();
+  if (tsc != 0 && t0 > tsc) {
+    const std::uint64_t d = t0 - tsc;
+    add(f.samples, 1);
+    add(f.sum_ticks, d);
+    add(f.hist[hist_bucket(d)], 1);
+    add(t.rec->samples, 1);
+    add(t.rec->sum_ticks, d);
+    if (g_cfg.policy != Policy::full &&
+        A(f.epoch_samples).fetch_add(1, std::memory_order_relaxed) + 1 >= g_cfg.samples)
+      switch_off(f, FnState::off_sampled);
+  }
+  finish(t, f, t0);
+}
+
+void calib_probe(cp::ProbeId, std::uint64_t) noexcept {}
+
+std::uint32_t intern(const char* s) noexcept {  // caller holds g_mutex
+  const std::size_t n = std::strlen(s) + 1;
+  const std::uint64_t used = A(g_hdr->string_used).load(std::memory_order_relaxed);
+  if (used + n > g_cfg.string_bytes) return 0;  // offset 0 holds "" (see open_segment)
+  std::memcpy(g_strings + used, s, n);
+  A(g_hdr->string_used).store(used + n, std::memory_order_release);
+  return static_cast<std::uint32_t>(used);
+}
+
+bool in_focus(const cp::ProbeInfo& p) noexcept {
+  return p.name != nullptr && fnmatch(g_cfg.functions, p.name, 0) == 0;
+}
+
+void on_found(const cp::ProbeInfo& p, void*) {
+  add(g_hdr->probes, 1);
+  if (p.function == reinterpret_cast<std::uintptr_t>(&crossmod_profile_calib_target)) {
+    (p.kind == cp::Kind::entry ? g_calib_entry : g_calib_exit) = p.id;
+    if (p.active) (void)cp::deactivate(p.id);
+    return;
+  }
+  if (!in_focus(p)) {
+    if (p.active) (void)cp::deactivate(p.id);
+    return;
+  }
+  std::uint32_t slot;
+  {
+    std::lock_guard<std::mutex> lock(g_mutex);
+    auto it = g_by_function->find(p.function);
+    if (it != g_by_function->end()) {
+      slot = it->second;
+    } else {
+      const std::uint64_t i = A(g_hdr->nfuncs).load(std::memory_order_relaxed);
+      if (i >= g_cfg.max_funcs) {
+        add(g_hdr->dropped_funcs, 1);
+        if (p.active) (void)cp::deactivate(p.id);
+        return;
+      }
+      slot = static_cast<std::uint32_t>(i);
+      FuncRecord& f = g_funcs[slot];
+      f.function = p.function;
+      f.name_off = intern(p.name);
+      f.object_off = intern(p.object != nullptr ? p.object : "?");
+      f.provider = static_cast<std::uint32_t>(p.provider);
+      f.entry_probe = cp::kNoProbe;
+      f.exit_probe = cp::kNoProbe;
+      A(f.state).store(static_cast<std::uint64_t>(g_cfg.policy == Policy::none ? FnState::off_focus
+                                                                                : FnState::on),
+                       std::memory_order_relaxed);
+      (*g_by_function)[p.function] = slot;
+      A(g_hdr->nfuncs).store(i + 1, std::memory_order_release);
+    }
+    FuncRecord& f = g_funcs[slot];
+    A(p.kind == cp::Kind::entry ? f.entry_probe : f.exit_probe).store(p.id, std::memory_order_release);
+  }
+  FuncRecord& f = g_funcs[slot];
+  g_slot[p.id].store(slot + 1, std::memory_order_release);
+  const bool on = A(f.state).load(std::memory_order_acquire) == static_cast<std::uint64_t>(FnState::on);
+  if (!on) {
+    if (p.active) (void)cp::deactivate(p.id);
+    return;
+  }
+  // A function found on: its probes go on now (a cyg probe is already on; this gives it
+  // our probe function).
+  const std::uint64_t t0 = rdtsc();
+  (void)cp::activate(p.id, p.kind == cp::Kind::entry ? on_entry : on_exit);
+  const std::uint64_t t1 = rdtsc();
+  // Found on at start-up (patchable scan) or on its first call (cyg, on since the start):
+  // either way the window opens at the segment's start, so `full` estimates = observed.
+  if (p.kind == cp::Kind::entry) {
+    std::uint64_t zero = 0;
+    A(f.on_since).compare_exchange_strong(zero, g_hdr->start_tsc, std::memory_order_relaxed);
+  }
+  if (!p.active) {
+    add(f.toggles, 1);
+    add(g_hdr->toggles, 1);
+    add(g_hdr->toggle_ticks, t1 - t0);
+  }
+}
+
+// Fixed cost of an active probe hit: calls of the calibration target with its probes off
+// and on (empty probe function), interleaved A/B, minimum of each over the rounds.
+void calibrate() noexcept {
+  if (g_calib_entry == cp::kNoProbe) return;
+  constexpr int kCalls = 2000, kRounds = 7;
+  volatile unsigned counter = 0;
+  std::uint64_t best_off = UINT64_MAX, best_on = UINT64_MAX;
+  for (int r = 0; r < kRounds; ++r) {
+    for (int on = 0; on < 2; ++on) {
+      if (on) {
+        if (g_calib_exit != cp::kNoProbe && cp::activate(g_calib_exit, calib_probe) != cp::Status::ok) return;
+        if (cp::activate(g_calib_entry, calib_probe) != cp::Status::ok) return;
+      }
+      const std::uint64_t t0 = rdtsc();
+      for (int i = 0; i < kCalls; ++i) crossmod_profile_calib_target(&counter);
+      const std::uint64_t d = rdtsc() - t0;
+      if (on) {
+        (void)cp::deactivate(g_calib_entry);
+        if (g_calib_exit != cp::kNoProbe) (void)cp::deactivate(g_calib_exit);
+        best_on = std::min(best_on, d);
+      } else {
+        best_off = std::min(best_off, d);
+      }
+    }
+  }
+  const unsigned hits = g_calib_exit != cp::kNoProbe ? 2 : 1;
+  if (best_on > best_off) {
+    g_hdr->calib_ticks = (best_on - best_off) / (std::uint64_t{kCalls} * hits);
+    g_hdr->flags |= kFlagCalibrated;
+  }
+}
+
+// Batch means over epochs: the samples a function took since the last fold form one batch.
+void fold(FuncRecord& f) noexcept {
+  const std::uint64_t n = A(f.samples).load(std::memory_order_relaxed);
+  const std::uint64_t s = A(f.sum_ticks).load(std::memory_order_relaxed);
+  if (n <= f.folded_n || s < f.folded_sum) return;
+  const double bn = static_cast<double>(n - f.folded_n), bs = static_cast<double>(s - f.folded_sum);
+  f.bsum_s2 += bs * bs;
+  f.bsum_sn += bs * bn;
+  f.bsum_n2 += bn * bn;
+  A(f.batches).fetch_add(1, std::memory_order_relaxed);
+  A(f.folded_n).store(n, std::memory_order_relaxed);
+  A(f.folded_sum).store(s, std::memory_order_relaxed);
+}
+
+// Relative half-width of the mean's ~95% interval (ratio estimator over batches; a normal
+// quantile is enough for a stopping rule; the launcher reports the t interval).
+bool narrow_enough(const FuncRecord& f) noexcept {
+  const std::uint64_t b = f.batches;
+  if (b < 5 || f.folded_n < 30 || f.folded_sum == 0) return false;
+  const double n = static_cast<double>(f.folded_n), m = static_cast<double>(f.folded_sum) / n;
+  const double nbar = n / static_cast<double>(b);
+  const double ss = f.bsum_s2 - 2 * m * f.bsum_sn + m * m * f.bsum_n2;
+  if (ss < 0) return false;
+  const double var = ss / (static_cast<double>(b) * static_cast<double>(b - 1) * nbar * nbar);
+  return 1.96 * std::sqrt(var) / m < g_cfg.ci;
+}
+
+std::uint64_t ns_to_ticks(std::uint64_t ns) {
+  return static_cast<std::uint64_t>(static_cast<double>(ns) * g_cfg.tsc_hz / 1e9);
+}
+
+void* daemon_main(void*) {
+  const std::uint64_t tick_ns =
+      g_cfg.policy == Policy::budget ? std::min(g_cfg.epoch_ns, g_cfg.period_ns) : g_cfg.epoch_ns;
+  timespec next{};
+  clock_gettime(CLOCK_MONOTONIC, &next);
+  std::uint64_t last_epoch_ns = 0, last_period_ns = 0, elapsed_ns = 0;
+  std::uint64_t last_tsc = rdtsc(), last_instr = 0;
+  while (!g_stopping.load(std::memory_order_relaxed)) {
+    next.tv_nsec += static_cast<long>(tick_ns % 1'000'000'000);
+    next.tv_sec += static_cast<time_t>(tick_ns / 1'000'000'000);
+    if (next.tv_nsec >= 1'000'000'000) {
+      next.tv_nsec -= 1'000'000'000;
+      ++next.tv_sec;
+    }
+    while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &next, nullptr) == EINTR) {
+    }
+    if (g_stopping.load(std::memory_order_relaxed)) break;
+    elapsed_ns += tick_ns;
+    const bool epoch = elapsed_ns - last_epoch_ns >= g_cfg.epoch_ns;
+    const bool period = g_cfg.policy == Policy::budget ? elapsed_ns - last_period_ns >= g_cfg.period_ns
+                                                       : epoch;
+    const std::uint64_t nf = A(g_hdr->nfuncs).load(std::memory_order_acquire);
+    if (period) {
+      last_period_ns = elapsed_ns;
+      g_period.fetch_add(1, std::memory_order_relaxed);
+      g_period_spent.store(0, std::memory_order_relaxed);
+    }
+    if (epoch) {
+      last_epoch_ns = elapsed_ns;
+      A(g_hdr->epochs).fetch_add(1, std::memory_order_relaxed);
+    }
+    std::uint64_t active = 0;
+    for (std::uint64_t i = 0; i < nf; ++i) {
+      FuncRecord& f = g_funcs[i];
+      if (A(f.entry_probe).load(std::memory_order_acquire) == cp::kNoProbe) continue;
+      if (epoch) {
+        fold(f);
+        if (g_cfg.policy == Policy::converge && narrow_enough(f)) {
+          switch_off(f, FnState::off_converged);
+          std::uint64_t st = static_cast<std::uint64_t>(FnState::off_sampled);
+          A(f.state).compare_exchange_strong(st, static_cast<std::uint64_t>(FnState::off_converged));
+        }
+        if (g_cfg.policy != Policy::full && g_cfg.policy != Policy::none)
+          switch_on(f, FnState::off_sampled);
+      }
+      if (period && g_cfg.policy == Policy::budget) switch_on(f, FnState::off_budget);
+      if (A(f.state).load(std::memory_order_relaxed) == static_cast<std::uint64_t>(FnState::on))
+        active += f.exit_probe != cp::kNoProbe ? 2 : 1;
+    }
+    if (period) {
+      // Timeline: instrumentation time of all threads in the period just ended.
+      std::uint64_t instr = 0;
+      const std::uint64_t nt = std::min<std::uint64_t>(A(g_hdr->nthreads).load(std::memory_order_relaxed),
+                                                       g_cfg.max_threads);
+      for (std::uint64_t i = 0; i < nt; ++i) instr += A(g_threads[i].instr_ticks).load(std::memory_order_relaxed);
+      const std::uint64_t now = rdtsc();
+      const std::uint64_t k = A(g_hdr->ntimeline).load(std::memory_order_relaxed);
+      if (k < g_cfg.timeline_cap) {
+        TimelineEntry& e = g_timeline[k];
+        e.tsc = now;
+        e.instr_ticks = instr - last_instr;
+        e.threads = g_period_threads.exchange(0, std::memory_order_relaxed);
+        e.active_probes = active;
+        e.period_ticks = now - last_tsc;
+        A(g_hdr->ntimeline).store(k + 1, std::memory_order_release);
+      }
+      last_instr = instr;
+      last_tsc = now;
+    }
+  }
+  return nullptr;
+}
+
+void at_exit() {
+  g_stopping.store(true, std::memory_order_relaxed);
+  if (g_hdr != nullptr) A(g_hdr->end_tsc).store(rdtsc(), std::memory_order_release);
+}
+
+bool parse_u64(const char* s, std::uint64_t* out) {
+  if (s == nullptr || *s == '\0') return false;
+  char* end = nullptr;
+  errno = 0;
+  const unsigned long long v = std::strtoull(s, &end, 10);
+  if (errno != 0 || *end != '\0') return false;
+  *out = v;
+  return true;
+}
+bool parse_double(const char* s, double* out) {
+  if (s == nullptr || *s == '\0') return false;
+  char* end = nullptr;
+  const double v = std::strtod(s, &end);
+  if (*end != '\0' || !std::isfinite(v)) return false;
+  *out = v;
+  return true;
+}
+
+// Reads CROSSMOD_PROFILE_*; false (and a line on stderr) when the environment is unusable.
+bool read_config() {
+  g_cfg.dir = std::getenv("CROSSMOD_PROFILE_DIR");
+  if (g_cfg.dir == nullptr || *g_cfg.dir == '\0') {
+    warn("CROSSMOD_PROFILE_DIR is not set; not profiling (use `crossmod profile`)");
+    return false;
+  }
+  if (const char* p = std::getenv("CROSSMOD_PROFILE_POLICY")) {
+    const std::string s = p;
+    if (s == "none") g_cfg.policy = Policy::none;
+    else if (s == "paper") g_cfg.policy = Policy::paper;
+    else if (s == "budget") g_cfg.policy = Policy::budget;
+    else if (s == "converge") g_cfg.policy = Policy::converge;
+    else if (s == "full") g_cfg.policy = Policy::full;
+    else {
+      warn("CROSSMOD_PROFILE_POLICY is not one of none|paper|budget|converge|full; not profiling");
+      return false;
+    }
+  }
+  std::uint64_t u = 0;
+  double d = 0;
+  if (parse_u64(std::getenv("CROSSMOD_PROFILE_SAMPLES"), &u) && u > 0) g_cfg.samples = static_cast<std::uint32_t>(u);
+  if (parse_u64(std::getenv("CROSSMOD_PROFILE_EPOCH_NS"), &u) && u > 0) g_cfg.epoch_ns = u;
+  if (parse_u64(std::getenv("CROSSMOD_PROFILE_PERIOD_NS"), &u) && u > 0) g_cfg.period_ns = u;
+  if (parse_u64(std::getenv("CROSSMOD_PROFILE_MAX_FUNCS"), &u) && u > 0 && u <= cp::kMaxProbes)
+    g_cfg.max_funcs = static_cast<std::uint32_t>(u);
+  if (parse_double(std::getenv("CROSSMOD_PROFILE_BUDGET"), &d) && d > 0 && d <= 1) g_cfg.budget = d;
+  if (parse_double(std::getenv("CROSSMOD_PROFILE_CI"), &d) && d > 0) g_cfg.ci = d;
+  if (parse_double(std::getenv("CROSSMOD_PROFILE_TSC_HZ"), &d) && d > 1e6) g_cfg.tsc_hz = d;
+  if (const char* f = std::getenv("CROSSMOD_PROFILE_FUNCTIONS"); f != nullptr && *f != '\0') g_cfg.functions = f;
+  if (const char* t = std::getenv("CROSSMOD_PROFILE_TRACE"); t != nullptr && *t != '\0') g_cfg.trace = t;
+  if (const char* t = std::getenv("CROSSMOD_PROFILE_TRACE_OBJECT"); t != nullptr && *t != '\0')
+    g_cfg.trace_object = t;
+  if (g_cfg.tsc_hz == 0) {  // launched by hand: measure it (20 ms)
+    timespec a{}, b{};
+    clock_gettime(CLOCK_MONOTONIC, &a);
+    const std::uint64_t t0 = rdtsc();
+    timespec sl{0, 20'000'000};
+    nanosleep(&sl, nullptr);
+    clock_gettime(CLOCK_MONOTONIC, &b);
+    const std::uint64_t t1 = rdtsc();
+    const double s = static_cast<double>(b.tv_sec - a.tv_sec) + static_cast<double>(b.tv_nsec - a.tv_nsec) * 1e-9;
+    g_cfg.tsc_hz = static_cast<double>(t1 - t0) / s;
+  }
+  return true;
+}
+
+// A new segment file per process image: segment-0.bin, then -1 after an execve, ...
+bool open_segment() {
+  const Layout l = layout(g_cfg.max_funcs, g_cfg.max_threads, g_cfg.timeline_cap, g_cfg.string_bytes);
+  int fd = -1;
+  unsigned seg = 0;
+  for (; seg < 10000; ++seg) {
+    const std::string path = std::string(g_cfg.dir) + "/segment-" + std::to_string(seg) + ".bin";
+    fd = open(path.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    if (fd >= 0 || errno != EEXIST) break;
+  }
+  if (fd < 0) {
+    warn("cannot create a segment file in CROSSMOD_PROFILE_DIR; not profiling");
+    return false;
+  }
+  if (ftruncate(fd, static_cast<off_t>(l.total)) != 0) {
+    close(fd);
+    warn("cannot size the segment file; not profiling");
+    return false;
+  }
+  void* p = mmap(nullptr, l.total, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  close(fd);
+  if (p == MAP_FAILED) {
+    warn("cannot map the segment file; not profiling");
+    return false;
+  }
+  auto* base = static_cast<char*>(p);
+  g_hdr = reinterpret_cast<Header*>(base);
+  g_funcs = reinterpret_cast<FuncRecord*>(base + l.funcs);
+  g_threads = reinterpret_cast<ThreadRecord*>(base + l.threads);
+  g_timeline = reinterpret_cast<TimelineEntry*>(base + l.timeline);
+  g_strings = base + l.strings;
+  Header& h = *g_hdr;
+  h.version = kVersion;
+  h.header_bytes = sizeof(Header);
+  h.max_funcs = g_cfg.max_funcs;
+  h.max_threads = g_cfg.max_threads;
+  h.timeline_cap = g_cfg.timeline_cap;
+  h.string_bytes = g_cfg.string_bytes;
+  h.total_bytes = l.total;
+  h.pid = static_cast<std::uint64_t>(getpid());
+  h.segment = seg;
+  h.policy = static_cast<std::uint32_t>(g_cfg.policy);
+  h.samples = g_cfg.samples;
+  h.budget = g_cfg.budget;
+  h.epoch_ns = g_cfg.epoch_ns;
+  h.period_ns = g_cfg.period_ns;
+  h.ci = g_cfg.ci;
+  h.start_tsc = rdtsc();
+  h.string_used = 1;  // offset 0 is the empty string
+  // The magic last: a reader that sees it sees an initialised header.
+  std::atomic_thread_fence(std::memory_order_release);
+  std::memcpy(h.magic, kMagic, sizeof kMagic);
+  return true;
+}
+
+void set_note(const char* s) {
+  std::snprintf(g_hdr->note, sizeof g_hdr->note, "%s", s);
+}
+
+__attribute__((constructor(200))) void profile_init() {
+  if (!read_config() || !open_segment()) return;
+  g_thread_cap = static_cast<std::uint64_t>(g_cfg.budget * static_cast<double>(ns_to_ticks(g_cfg.period_ns)));
+  const long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+  g_process_cap = g_thread_cap * static_cast<std::uint64_t>(cpus > 0 ? cpus : 1);
+  g_by_function = new std::unordered_map<std::uintptr_t, std::uint32_t>();
+  g_ready = true;
+  (void)cp::scan_loaded_objects();
+  (void)cp::on_discovery(on_found, nullptr);  // replays every probe found so far
+  if (g_cfg.trace != nullptr) {
+    std::size_t made = 0, refused = 0;
+    const cp::Status s = cp::attach_tracepoints(g_cfg.trace, g_cfg.trace_object, &made, &refused);
+    char buf[200];
+    if (s == cp::Status::unsupported) {
+      g_hdr->flags |= kFlagTraceUnsupported;
+      set_note("--trace: this probes build does not support tracepoints yet (attach_tracepoints: unsupported)");
+    } else {
+      std::snprintf(buf, sizeof buf, "--trace: %zu tracepoint probes, %zu functions refused, status %s", made,
+                    refused, cp::to_string(s));
+      set_note(buf);
+    }
+  }
+  calibrate();
+  std::atexit(at_exit);
+  if (g_cfg.policy == Policy::none) return;
+  pthread_t th;
+  pthread_attr_t attr;
+  pthread_attr_init(&attr);
+  pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+  if (pthread_create(&th, &attr, daemon_main, nullptr) == 0) {
+    g_hdr->flags |= kFlagDaemon;
+    pthread_setname_np(th, "crossmod-prof");
+  } else {
+    warn("cannot start the daemon thread; probes that switch off stay off");
+  }
+  pthread_attr_destroy(&attr);
+}
+
+}  // namespace
+}  // namespace crossmod::profile

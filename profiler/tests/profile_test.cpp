@@ -1,0 +1,196 @@
+// End-to-end tests of `crossmod profile` on prof_mt_cyg / prof_mt_pfe (mt_prog.cpp): every
+// policy, every way of ending, bad input. Exact checks only: counts against the program's
+// own, never a time.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+const char* const kLeafA = "(anonymous namespace)::leaf_a(unsigned int)";
+const char* const kLeafB = "(anonymous namespace)::leaf_b(unsigned int)";
+
+struct Outcome {
+  int status = -1;
+  std::string out, err;
+  fs::path dir;
+};
+
+fs::path fresh_dir(const std::string& name) {
+  const fs::path d = fs::temp_directory_path() / ("crossmod-prof-test-" + std::to_string(getpid())) / name;
+  fs::remove_all(d);
+  return d;
+}
+
+std::string slurp(const fs::path& p) {
+  std::ifstream f(p);
+  std::stringstream s;
+  s << f.rdbuf();
+  return s.str();
+}
+
+// Runs crossmod with `args` (shell words, no quoting needed for our paths).
+Outcome crossmod(const std::string& name, const std::string& args, bool with_out = true) {
+  Outcome r;
+  r.dir = fresh_dir(name);
+  fs::create_directories(r.dir.parent_path());
+  const fs::path o = r.dir.string() + ".stdout", e = r.dir.string() + ".stderr";
+  const std::string cmd = std::string(CROSSMOD_BIN) + " profile " +
+                          (with_out ? "--out " + r.dir.string() + " " : std::string()) + args + " >" + o.string() +
+                          " 2>" + e.string();
+  const int st = std::system(cmd.c_str());
+  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+  r.out = slurp(o);
+  r.err = slurp(e);
+  return r;
+}
+
+json report(const Outcome& r) { return json::parse(slurp(r.dir / "profile.json")); }
+
+const json* function(const json& j, const std::string& name) {
+  for (const json& f : j["functions"])
+    if (f["name"] == name) return &f;
+  return nullptr;
+}
+
+std::map<std::string, unsigned long> truth(const std::string& out) {
+  std::map<std::string, unsigned long> m;
+  std::istringstream s(out);
+  std::string k;
+  unsigned long v;
+  while (s >> k >> v) m[k] = v;
+  return m;
+}
+
+struct Case {
+  const char* prog;
+  const char* policy;
+};
+
+class PolicyTest : public ::testing::TestWithParam<Case> {};
+
+TEST_P(PolicyTest, ReportListsFunctionsAndNeverOvercounts) {
+  const Case c = GetParam();
+  const std::string prog = std::string(c.prog) == "cyg" ? PROF_MT_CYG : PROF_MT_PFE;
+  const Outcome r = crossmod(std::string(c.prog) + "-" + c.policy,
+                         std::string("--quiet --policy ") + c.policy + " -- " + prog + " 4 20000");
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(r.err, "");  // --quiet, and the runtime has nothing to complain about
+  const auto t = truth(r.out);
+  ASSERT_EQ(t.size(), 2u) << r.out;  // the program's stdout is its own
+  const json j = report(r);
+  EXPECT_EQ(j["schema"], 1);
+  EXPECT_EQ(j["policy"]["name"], c.policy);
+  EXPECT_EQ(j["exit"]["kind"], "exit");
+  EXPECT_EQ(j["exit"]["execs"], 0);
+  for (const auto& [name, key] : {std::pair{kLeafA, "leaf_a"}, std::pair{kLeafB, "leaf_b"}}) {
+    const json* f = function(j, name);
+    ASSERT_NE(f, nullptr) << name;
+    const unsigned long calls = (*f)["calls_observed"], samples = (*f)["samples"];
+    EXPECT_LE(calls, t.at(key)) << name;
+    EXPECT_LE(samples, calls) << name;
+    EXPECT_EQ((*f)["provider"], std::string(c.prog) == "cyg" ? "cyg" : "patchable");
+    const std::string policy = c.policy;
+    if (policy == "full") {
+      EXPECT_EQ(calls, t.at(key)) << name;
+      EXPECT_EQ(samples, calls) << name;
+      EXPECT_EQ((*f)["calls_estimated"].get<double>(), static_cast<double>(calls));
+    } else if (policy == "none") {
+      EXPECT_EQ(calls, 0u) << name;
+    } else {
+      // On from the start: at least its first epoch's quota is sampled.
+      EXPECT_GE(samples, 1u) << name;
+      EXPECT_GE((*f)["calls_estimated"].get<double>(), static_cast<double>(calls)) << name;
+    }
+    if (samples > 0) {
+      const double mean = (*f)["mean_ticks"];
+      EXPECT_GT(mean, 0);
+      unsigned long hist = 0;
+      for (const json& n : (*f)["hist"]["counts"]) hist += n.get<unsigned long>();
+      EXPECT_EQ(hist, samples) << name;
+    }
+  }
+  ASSERT_TRUE(j["metrics"].is_array());
+  EXPECT_EQ(j["metrics"].size(), 4u);  // configs/metrics/default.toml
+  EXPECT_TRUE(fs::exists(r.dir / "profile.csv"));
+  EXPECT_TRUE(fs::exists(r.dir / "profile.folded"));
+}
+
+INSTANTIATE_TEST_SUITE_P(Providers, PolicyTest,
+                         ::testing::Values(Case{"cyg", "full"}, Case{"cyg", "paper"}, Case{"cyg", "budget"},
+                                           Case{"cyg", "converge"}, Case{"cyg", "none"}, Case{"pfe", "full"},
+                                           Case{"pfe", "paper"}, Case{"pfe", "budget"}, Case{"pfe", "converge"},
+                                           Case{"pfe", "none"}),
+                         [](const auto& info) { return std::string(info.param.prog) + "_" + info.param.policy; });
+
+class EndingTest : public ::testing::TestWithParam<const char*> {};
+
+// However the program ends, the report is there and, under `full`, exact.
+TEST_P(EndingTest, FullCountsSurvive) {
+  const std::string prog = std::string(GetParam()) == std::string("cyg") ? PROF_MT_CYG : PROF_MT_PFE;
+  struct E {
+    const char* how;
+    int status;
+    const char* kind;
+    int execs;
+  };
+  for (const E e : {E{"_exit", 3, "exit", 0}, E{"signal", 128 + 9, "signal", 0}, E{"exec", 0, "exit", 1}}) {
+    const Outcome r = crossmod(std::string(GetParam()) + "-end-" + e.how,
+                           std::string("--quiet --policy full -- ") + prog + " 2 5000 " + e.how);
+    EXPECT_EQ(r.status, e.status) << e.how << r.err;
+    const auto t = truth(r.out);
+    ASSERT_EQ(t.size(), 2u) << e.how << ": " << r.out;
+    const json j = report(r);
+    EXPECT_EQ(j["exit"]["kind"], e.kind) << e.how;
+    EXPECT_EQ(j["exit"]["execs"], e.execs) << e.how;
+    const json* f = function(j, kLeafA);
+    ASSERT_NE(f, nullptr) << e.how;
+    EXPECT_EQ((*f)["calls_observed"].get<unsigned long>(), t.at("leaf_a")) << e.how;
+    if (std::string(e.how) == "signal") EXPECT_EQ(j["exit"]["signal"], 9);
+  }
+}
+INSTANTIATE_TEST_SUITE_P(Providers, EndingTest, ::testing::Values("cyg", "pfe"));
+
+TEST(ProfileBadInput, ExitsTwoAndWritesNothing) {
+  const std::string prog = PROF_MT_CYG;
+  const std::string bad_metrics = (fs::temp_directory_path() / ("crossmod-bad-" + std::to_string(getpid()) + ".toml")).string();
+  {
+    std::ofstream f(bad_metrics);
+    f << "[[metric]]\nname = \"x\"\nkind = \"latencyy\"\n";
+  }
+  const char* const cases[] = {
+      "--policy bogus -- ",          "--budget 0 -- ",          "--budget 150% -- ",
+      "--period 10 -- ",             "--epoch 1us -- ",         "--samples 0 -- ",
+      "--ci abc -- ",                "--metrics /nonexistent.toml -- ",
+      "--trace-object '*' -- ",
+  };
+  int k = 0;
+  for (const char* c : cases) {
+    const Outcome r = crossmod("bad-" + std::to_string(k++), std::string(c) + prog + " 1 10");
+    EXPECT_EQ(r.status, 2) << c << r.err;
+    EXPECT_EQ(r.out, "") << c;
+    EXPECT_FALSE(fs::exists(r.dir)) << c;
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << c << r.err;
+  }
+  const Outcome m = crossmod("bad-metrics", "--metrics " + bad_metrics + " -- " + prog + " 1 10");
+  EXPECT_EQ(m.status, 2);
+  EXPECT_FALSE(fs::exists(m.dir));
+  EXPECT_NE(m.err.find("latencyy"), std::string::npos) << m.err;
+  const Outcome p = crossmod("bad-prog", "-- /nonexistent/program");
+  EXPECT_EQ(p.status, 2);
+  EXPECT_FALSE(fs::exists(p.dir));
+  fs::remove(bad_metrics);
+}
+
+}  // namespace
