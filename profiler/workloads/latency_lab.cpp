@@ -33,6 +33,11 @@
 #define LAB_NOIPA __attribute__((noipa))
 #endif
 
+// The measurement helpers are neither instrumented nor separate functions: the probes must
+// see only the lab_* functions' own entries and exits, not the spin loop's TSC reads
+// (-finstrument-functions also instruments inlined functions, at every inlined call).
+#define LAB_HELPER __attribute__((always_inline, no_instrument_function)) inline
+
 namespace {
 
 // Per-thread truth: calls and the sum of measured body ticks per function (plain
@@ -65,11 +70,11 @@ struct Truth {
 };
 thread_local Truth* t_truth = nullptr;
 
-inline std::uint64_t tsc() noexcept { return __rdtsc(); }
+LAB_HELPER std::uint64_t tsc() noexcept { return __rdtsc(); }
 
 // Spins until `ticks` TSC ticks have passed since its first rdtsc; returns the elapsed
 // ticks between its first and last rdtsc: the call's body time.
-inline std::uint64_t spin(std::uint64_t ticks) noexcept {
+LAB_HELPER std::uint64_t spin(std::uint64_t ticks) noexcept {
   const std::uint64_t start = tsc();
   std::uint64_t now = start;
   while (now - start < ticks) {
@@ -79,7 +84,7 @@ inline std::uint64_t spin(std::uint64_t ticks) noexcept {
   return now - start;
 }
 
-inline void record(Fn f, std::uint64_t ticks) noexcept {
+LAB_HELPER void record(Fn f, std::uint64_t ticks) noexcept {
   Truth& t = *t_truth;
   ++t.calls[f];
   t.ticks[f] += ticks;
