@@ -17,7 +17,8 @@ Debian's python3 and sqlite3 through tracepoints) it runs, INTERLEAVED round aft
 and writes into results/<machine>/profile/ (the machine folder of the harness):
     runs.csv              one row per run (what ran, exit status, CPU seconds, files)
     raw/<workload>/<config>-r<round>/   stdout.txt, stderr.txt, truth.json (latency_lab),
-                          profile/profile.json (what `crossmod profile --out` wrote)
+                          profile/ (what `crossmod profile --out` wrote, without its raw/
+                          segment files unless --keep-raw)
     table3.csv/.md, accuracy.csv, accuracy_summary.csv, information.csv, dime_curve.csv
                           (computed by analysis/profile.py; regenerate them and the plots
                           with `/usr/bin/python3 -m analysis.profile_cli <that folder>`)
@@ -251,6 +252,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--machine", help="results folder name (default: crossmod sysinfo's machine)")
     p.add_argument("--out", type=Path, help="output folder (default results/<machine>/profile)")
     p.add_argument("--timeout", type=float, help="seconds per run before it is killed")
+    p.add_argument("--keep-raw", action="store_true",
+                   help="keep each run's profile/raw/ (the runtime's segment files; deleted by default)")
     p.add_argument("--dry-run", action="store_true", help="print the plan, run nothing")
     return p
 
@@ -347,6 +350,10 @@ def main(argv: Optional[list[str]] = None) -> int:
                         note = (note + "; " if note else "") + f"profile.json unreadable ({e})"
                 else:
                     note = (note + "; " if note else "") + "no profile.json"
+            # The runtime's shared segments (sparse files of tens of MB, read into profile.json
+            # by the launcher) are not kept unless asked for.
+            if not args.keep_raw and (run_dir / "profile" / "raw").is_dir():
+                shutil.rmtree(run_dir / "profile" / "raw")
             stdout = (run_dir / "stdout.txt").read_bytes()
             if c.policy == "baseline":
                 baseline_stdout[(w.name, rnd)] = stdout
