@@ -6,8 +6,8 @@ PATH is a profile.json, a directory holding one (`crossmod profile --out DIR`), 
 evaluation folder of scripts/profile_eval.py (results/<machine>/profile, holding runs.csv):
 for that one the tables (table3.csv/.md, accuracy.csv, accuracy_summary.csv,
 information.csv, dime_curve.csv) are recomputed from runs.csv and the profile.json files it
-names, and the DIME* curve is drawn; with --profiles the per-profile plots of every run
-are drawn too (else only for one run per workload and policy: round 0).
+names, and the DIME* curve is drawn, with the per-profile plots of round 0's `full` and
+`budget` (5%) runs of each workload (--profiles: of every run).
 
 Plots go to <PATH>/plots (or --out). Exit 0 done (a plot whose inputs are missing is
 skipped with the reason on stderr), 2 bad usage or a malformed input (one line naming it).
@@ -60,7 +60,7 @@ def process_eval_folder(folder: Path, out_dir: Path, svg: bool, top: int, all_pr
                                                          source=f"{folder.name}/dime_curve.csv"), written)
     for r in tables["rows"]:
         p = r.get("_profile")
-        if p is None or (not all_profiles and r["round"] != 0):
+        if p is None or (not all_profiles and (r["round"] != 0 or r["label"] not in ("full", "budget"))):
             continue
         written += profile_plots_for(p, out_dir / f"{r['workload']}-{r['label']}-r{r['round']}", svg, top)
     return written
@@ -76,7 +76,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="also write SVG next to each PNG (default on)")
     p.add_argument("--top", type=int, default=profile_plots.TOP_N, help="functions in the top-functions plot")
     p.add_argument("--profiles", action="store_true",
-                   help="in an evaluation folder, plot every run's profile (default: round 0 only)")
+                   help="in an evaluation folder, plot every run's profile (default: round 0's full and budget)")
     return p
 
 
