@@ -94,8 +94,13 @@ std::unordered_map<std::uintptr_t, std::uint32_t>* g_by_function = nullptr;
 std::atomic<std::uint64_t> g_period{1};
 std::atomic<std::uint64_t> g_period_spent{0};
 std::atomic<std::uint64_t> g_period_threads{0};
-std::uint64_t g_thread_cap = 0;   // budget * period, ticks
-std::uint64_t g_process_cap = 0;  // budget * period * online CPUs
+// Per thread: budget x period (wall). Process-wide: budget x the CPU time the process got in
+// the previous period (budget x period x online CPUs in the first), so that on a loaded
+// machine the process cap follows the CPU the program really gets. A thread over its cap
+// switches off the function it hits for every thread (probes are process-wide), so the
+// budget is an upper bound, not a target.
+std::uint64_t g_thread_cap = 0;
+std::atomic<std::uint64_t> g_process_cap{0};
 std::atomic<bool> g_stopping{false};
 
 cp::ProbeId g_calib_entry = cp::kNoProbe, g_calib_exit = cp::kNoProbe;
@@ -125,24 +130,49 @@ Tls& tls() noexcept {
   return t;
 }
 
+void check(cp::Status s) noexcept {
+  if (s == cp::Status::ok) return;
+  add(g_hdr->toggle_failures, 1);
+  A(g_hdr->last_failure).store(static_cast<std::uint64_t>(s), std::memory_order_relaxed);
+}
+
 // Switches a function's probes off if it is on; the thread that wins the state change
 // does the toggles. Entry first, so a call that starts now is not half-timed.
+// State change and toggles of one function happen under its `toggling` flag, so the
+// daemon's switch-on and a thread's switch-off cannot interleave (a switch-off whose
+// toggles landed after the daemon's reactivation would leave the state on and the probes
+// off). Probe functions only try the flag: when it is taken they skip, the next hit retries.
+bool try_toggle_lock(FuncRecord& f) noexcept {
+  std::uint64_t z = 0;
+  return A(f.toggling).compare_exchange_strong(z, 1, std::memory_order_acquire);
+}
+void toggle_unlock(FuncRecord& f) noexcept { A(f.toggling).store(0, std::memory_order_release); }
+
 void switch_off(FuncRecord& f, FnState why) noexcept {
+  if (A(f.state).load(std::memory_order_relaxed) != static_cast<std::uint64_t>(FnState::on)) return;
+  if (!try_toggle_lock(f)) return;
   std::uint64_t expected = static_cast<std::uint64_t>(FnState::on);
   if (!A(f.state).compare_exchange_strong(expected, static_cast<std::uint64_t>(why),
-                                          std::memory_order_acq_rel))
+                                          std::memory_order_acq_rel)) {
+    toggle_unlock(f);
     return;
+  }
   const std::uint64_t t0 = rdtsc();
-  (void)cp::deactivate(f.entry_probe);
-  if (f.exit_probe != cp::kNoProbe) (void)cp::deactivate(f.exit_probe);
+  check(cp::deactivate(f.entry_probe));
+  if (f.exit_probe != cp::kNoProbe) check(cp::deactivate(f.exit_probe));
   const std::uint64_t t1 = rdtsc();
   const std::uint64_t since = A(f.on_since).exchange(0, std::memory_order_relaxed);
   if (since != 0 && t1 > since) add(f.active_ticks, t1 - since);
+  // The window closes at the decision (t0): the toggles' own cost is not the program's.
+  const std::uint64_t first = A(f.window_first).exchange(0, std::memory_order_relaxed);
+  if (first != 0 && t0 > first) add(f.rate_ticks, t0 - first);
+  add(f.offs, 1);
   const std::uint64_t n = f.exit_probe != cp::kNoProbe ? 2 : 1;
   add(f.toggles, n);
   add(g_hdr->toggles, n);
   add(g_hdr->toggle_ticks, t1 - t0);
   if (why == FnState::off_budget) add(g_hdr->budget_offs, 1);
+  toggle_unlock(f);
 }
 
 void on_entry(cp::ProbeId id, std::uint64_t) noexcept;
@@ -150,37 +180,48 @@ void on_exit(cp::ProbeId id, std::uint64_t tsc) noexcept;
 
 // Exit then entry: every call whose entry is seen has its exit probe on.
 void switch_on(FuncRecord& f, FnState from) noexcept {
+  if (A(f.state).load(std::memory_order_relaxed) != static_cast<std::uint64_t>(from)) return;
+  while (!try_toggle_lock(f)) sched_yield();  // the daemon may wait; a probe function never does
   std::uint64_t expected = static_cast<std::uint64_t>(from);
   A(f.epoch_samples).store(0, std::memory_order_relaxed);
   if (!A(f.state).compare_exchange_strong(expected, static_cast<std::uint64_t>(FnState::on),
-                                          std::memory_order_acq_rel))
+                                          std::memory_order_acq_rel)) {
+    toggle_unlock(f);
     return;
+  }
   const std::uint64_t t0 = rdtsc();
-  if (f.exit_probe != cp::kNoProbe) (void)cp::activate(f.exit_probe, on_exit);
-  (void)cp::activate(f.entry_probe, on_entry);
+  A(f.armed_tsc).store(t0, std::memory_order_relaxed);
+  if (f.exit_probe != cp::kNoProbe) check(cp::activate(f.exit_probe, on_exit));
+  check(cp::activate(f.entry_probe, on_entry));
   const std::uint64_t t1 = rdtsc();
   A(f.on_since).store(t1, std::memory_order_relaxed);
   const std::uint64_t n = f.exit_probe != cp::kNoProbe ? 2 : 1;
   add(f.toggles, n);
   add(g_hdr->toggles, n);
   add(g_hdr->toggle_ticks, t1 - t0);
+  toggle_unlock(f);
 }
 
 // Accounts the probe function's own time plus the calibrated fixed cost of a hit, and
 // enforces the budget: the per-thread cap and the process-wide cap of this period.
 inline void finish(Tls& t, FuncRecord& f, std::uint64_t t0) noexcept {
-  const std::uint64_t cost = rdtsc() - t0 + g_hdr->calib_ticks;
+  std::uint64_t spent = rdtsc() - t0;
+  if (spent > kMaxHitTicks) [[unlikely]] {
+    spent = kMaxHitTicks;
+    add(g_hdr->capped_hits, 1);
+  }
+  const std::uint64_t cost = spent + g_hdr->calib_ticks;
   add(t.rec->instr_ticks, cost);
-  if (g_cfg.policy != Policy::budget) return;
   const std::uint64_t period = g_period.load(std::memory_order_relaxed);
   if (t.period != period) {
     t.period = period;
     t.spent = 0;
     g_period_threads.fetch_add(1, std::memory_order_relaxed);
   }
+  if (g_cfg.policy != Policy::budget) return;
   t.spent += cost;
   const std::uint64_t all = g_period_spent.fetch_add(cost, std::memory_order_relaxed) + cost;
-  if (t.spent > g_thread_cap || all > g_process_cap) {
+  if (t.spent > g_thread_cap || all > g_process_cap.load(std::memory_order_relaxed)) {
     add(t.rec->budget_hits, 1);
     switch_off(f, FnState::off_budget);
   }
@@ -193,6 +234,10 @@ void on_entry(cp::ProbeId id, std::uint64_t) noexcept {
   FuncRecord& f = g_funcs[s - 1];
   Tls& t = tls();
   add(f.calls, 1);
+  std::uint64_t none = 0;
+  if (A(f.window_first).load(std::memory_order_relaxed) != 0 ||
+      !A(f.window_first).compare_exchange_strong(none, t0, std::memory_order_relaxed))
+    add(f.rate_calls, 1);
   add(t.rec->calls, 1);
   finish(t, f, t0);
 }
@@ -203,7 +248,11 @@ void on_exit(cp::ProbeId id, std::uint64_t tsc) noexcept {
   if (s == 0) return;
   FuncRecord& f = g_funcs[s - 1];
   Tls& t = tls();
-  if (tsc != 0 && t0 > tsc) {
+  // An entry TSC from before this window's activation is not this window's call: the cyg
+  // shadow stack can hand back a frame whose exit ran while the exit probe was off.
+  if (tsc != 0 && tsc < A(f.armed_tsc).load(std::memory_order_relaxed)) [[unlikely]] {
+    add(g_hdr->stale_exits, 1);
+  } else if (tsc != 0 && t0 > tsc) {
     const std::uint64_t d = t0 - tsc;
     add(f.samples, 1);
     add(f.sum_ticks, d);
@@ -233,12 +282,12 @@ bool in_focus(const cp::ProbeInfo& p) noexcept {
 }
 
 void on_found(const cp::ProbeInfo& p, void*) {
-  add(g_hdr->probes, 1);
   if (p.function == reinterpret_cast<std::uintptr_t>(&crossmod_profile_calib_target)) {
     (p.kind == cp::Kind::entry ? g_calib_entry : g_calib_exit) = p.id;
     if (p.active) (void)cp::deactivate(p.id);
     return;
   }
+  add(g_hdr->probes, 1);  // the program's probes, in focus or not (not the calibration site)
   if (!in_focus(p)) {
     if (p.active) (void)cp::deactivate(p.id);
     return;
@@ -275,15 +324,17 @@ void on_found(const cp::ProbeInfo& p, void*) {
   }
   FuncRecord& f = g_funcs[slot];
   g_slot[p.id].store(slot + 1, std::memory_order_release);
+  while (!try_toggle_lock(f)) sched_yield();  // discovery may wait (not an invocation path)
   const bool on = A(f.state).load(std::memory_order_acquire) == static_cast<std::uint64_t>(FnState::on);
   if (!on) {
     if (p.active) (void)cp::deactivate(p.id);
+    toggle_unlock(f);
     return;
   }
   // A function found on: its probes go on now (a cyg probe is already on; this gives it
   // our probe function).
   const std::uint64_t t0 = rdtsc();
-  (void)cp::activate(p.id, p.kind == cp::Kind::entry ? on_entry : on_exit);
+  check(cp::activate(p.id, p.kind == cp::Kind::entry ? on_entry : on_exit));
   const std::uint64_t t1 = rdtsc();
   // Found on at start-up (patchable scan) or on its first call (cyg, on since the start):
   // either way the window opens at the segment's start, so `full` estimates = observed.
@@ -296,6 +347,7 @@ void on_found(const cp::ProbeInfo& p, void*) {
     add(g_hdr->toggles, 1);
     add(g_hdr->toggle_ticks, t1 - t0);
   }
+  toggle_unlock(f);
 }
 
 // Fixed cost of an active probe hit: calls of the calibration target with its probes off
@@ -367,7 +419,12 @@ void* daemon_main(void*) {
   timespec next{};
   clock_gettime(CLOCK_MONOTONIC, &next);
   std::uint64_t last_epoch_ns = 0, last_period_ns = 0, elapsed_ns = 0;
-  std::uint64_t last_tsc = rdtsc(), last_instr = 0;
+  std::uint64_t last_tsc = rdtsc(), last_instr = 0, last_cpu_ns = 0, period_cpu_ticks = 0;
+  {
+    timespec c{};
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &c);
+    last_cpu_ns = static_cast<std::uint64_t>(c.tv_sec) * 1'000'000'000u + static_cast<std::uint64_t>(c.tv_nsec);
+  }
   while (!g_stopping.load(std::memory_order_relaxed)) {
     next.tv_nsec += static_cast<long>(tick_ns % 1'000'000'000);
     next.tv_sec += static_cast<time_t>(tick_ns / 1'000'000'000);
@@ -385,6 +442,16 @@ void* daemon_main(void*) {
     const std::uint64_t nf = A(g_hdr->nfuncs).load(std::memory_order_acquire);
     if (period) {
       last_period_ns = elapsed_ns;
+      // Next period's process cap: budget x the CPU time the process got in this one.
+      timespec c{};
+      clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &c);
+      const std::uint64_t cpu_ns = static_cast<std::uint64_t>(c.tv_sec) * 1'000'000'000u +
+                                   static_cast<std::uint64_t>(c.tv_nsec);
+      period_cpu_ticks = cpu_ns > last_cpu_ns ? ns_to_ticks(cpu_ns - last_cpu_ns) : 0;
+      if (last_cpu_ns != 0 && cpu_ns > last_cpu_ns && g_cfg.policy == Policy::budget)
+        g_process_cap.store(static_cast<std::uint64_t>(g_cfg.budget * static_cast<double>(ns_to_ticks(cpu_ns - last_cpu_ns))),
+                            std::memory_order_relaxed);
+      last_cpu_ns = cpu_ns;
       g_period.fetch_add(1, std::memory_order_relaxed);
       g_period_spent.store(0, std::memory_order_relaxed);
     }
@@ -425,6 +492,7 @@ void* daemon_main(void*) {
         e.threads = g_period_threads.exchange(0, std::memory_order_relaxed);
         e.active_probes = active;
         e.period_ticks = now - last_tsc;
+        e.cpu_ticks = period_cpu_ticks;
         A(g_hdr->ntimeline).store(k + 1, std::memory_order_release);
       }
       last_instr = instr;
@@ -567,7 +635,7 @@ __attribute__((constructor(200))) void profile_init() {
   if (!read_config() || !open_segment()) return;
   g_thread_cap = static_cast<std::uint64_t>(g_cfg.budget * static_cast<double>(ns_to_ticks(g_cfg.period_ns)));
   const long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-  g_process_cap = g_thread_cap * static_cast<std::uint64_t>(cpus > 0 ? cpus : 1);
+  g_process_cap.store(g_thread_cap * static_cast<std::uint64_t>(cpus > 0 ? cpus : 1));
   g_by_function = new std::unordered_map<std::uintptr_t, std::uint32_t>();
   g_ready = true;
   (void)cp::scan_loaded_objects();

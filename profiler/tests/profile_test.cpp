@@ -99,7 +99,7 @@ TEST_P(PolicyTest, ReportListsFunctionsAndNeverOvercounts) {
     ASSERT_NE(f, nullptr) << name;
     const unsigned long calls = (*f)["calls_observed"], samples = (*f)["samples"];
     EXPECT_LE(calls, t.at(key)) << name;
-    EXPECT_LE(samples, calls) << name;
+    EXPECT_LE(samples, t.at(key)) << name;  // not <= calls: a cyg hook on stale code can time a call it did not count
     EXPECT_EQ((*f)["provider"], std::string(c.prog) == "cyg" ? "cyg" : "patchable");
     const std::string policy = c.policy;
     if (policy == "full") {
@@ -161,6 +161,17 @@ TEST_P(EndingTest, FullCountsSurvive) {
   }
 }
 INSTANTIATE_TEST_SUITE_P(Providers, EndingTest, ::testing::Values("cyg", "pfe"));
+
+// --trace goes through probes::attach_tracepoints; whatever it answers (unsupported until
+// the tracepoint provider lands), the report says so in a note and the run succeeds.
+TEST(ProfileTrace, OutcomeIsANote) {
+  const Outcome r = crossmod("trace", std::string("--quiet --policy full --trace 'leaf_*' -- ") + PROF_MT_CYG + " 1 100");
+  ASSERT_EQ(r.status, 0) << r.err;
+  const json j = report(r);
+  bool noted = false;
+  for (const json& n : j["notes"]) noted = noted || n.get<std::string>().find("--trace") != std::string::npos;
+  EXPECT_TRUE(noted) << j["notes"].dump();
+}
 
 TEST(ProfileBadInput, ExitsTwoAndWritesNothing) {
   const std::string prog = PROF_MT_CYG;

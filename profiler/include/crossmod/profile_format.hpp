@@ -18,6 +18,11 @@ inline constexpr unsigned kHistSub = 4;
 inline constexpr unsigned kHistOctaves = 48;
 inline constexpr unsigned kHistBuckets = kHistSub * kHistOctaves;
 
+// A probe hit measured longer than this was preempted (or waited on a wordpatch); it is
+// counted as this long in the instrumentation time, so the budget is not spent by the
+// scheduler. Higher than any toggle we do in a probe function (callpatch: ~250-10,000 ticks).
+inline constexpr std::uint64_t kMaxHitTicks = 50'000;
+
 enum class Policy : std::uint32_t { none = 0, paper = 1, budget = 2, converge = 3, full = 4 };
 enum class FnState : std::uint64_t {
   on = 0,
@@ -60,6 +65,10 @@ struct Header {
   std::uint64_t hits;           // probe-function invocations
   std::uint64_t epochs;         // daemon folds done
   std::uint64_t budget_offs;    // times a spent budget switched a function off
+  std::uint64_t capped_hits;    // probe hits whose measured time exceeded kMaxHitTicks
+  std::uint64_t toggle_failures;  // activate/deactivate calls that did not return ok
+  std::uint64_t last_failure;     // the last such crossmod::probes::Status
+  std::uint64_t stale_exits;    // exits whose entry TSC predates the current window
   std::uint64_t dropped_funcs;  // functions beyond max_funcs (not profiled)
   std::uint64_t dropped_threads;
   std::uint64_t flags;          // kFlag*
@@ -78,6 +87,7 @@ struct FuncRecord {
   std::uint32_t exit_probe;
   std::uint32_t pad;
   std::uint64_t state;          // FnState
+  std::uint64_t toggling;       // 1 while a thread changes state + probes (try-lock)
   std::uint64_t calls;          // entry-probe hits (calls observed)
   std::uint64_t samples;        // exit-probe hits with a known entry TSC
   std::uint64_t sum_ticks;      // sum of sampled durations
@@ -85,6 +95,15 @@ struct FuncRecord {
   std::uint64_t on_since;       // TSC when the entry probe was last switched on, 0 if off
   std::uint64_t active_ticks;   // closed active windows
   std::uint64_t toggles;
+  // Call-rate windows for calls_estimated. A window opens at the first entry hit after the
+  // probes went on (not at the code patch: an executing core can run the stale site for a
+  // while, observed up to milliseconds here) and closes when the function switches off.
+  std::uint64_t offs;           // times the function was switched off
+  std::uint64_t armed_tsc;      // TSC just before the probes last went on; an exit whose
+                                // entry TSC is older belongs to an earlier window (stale)
+  std::uint64_t window_first;   // TSC of the current window's first entry hit, 0 if none
+  std::uint64_t rate_calls;     // entry hits after the first of each window
+  std::uint64_t rate_ticks;     // closed windows, first hit -> switch-off
   // Batch means over daemon epochs (written by the daemon only).
   std::uint64_t folded_n;       // samples folded so far
   std::uint64_t folded_sum;
@@ -110,6 +129,7 @@ struct TimelineEntry {
   std::uint64_t threads;       // threads that hit a probe in the period
   std::uint64_t active_probes;  // probes on at the end of the period
   std::uint64_t period_ticks;
+  std::uint64_t cpu_ticks;     // process CPU time in the period (CLOCK_PROCESS_CPUTIME_ID)
 };
 
 struct Layout {

@@ -64,7 +64,7 @@ struct TimelinePoint {
 struct ProfileData {
   unsigned segments = 0;
   std::uint64_t probes = 0, toggles = 0, toggle_ticks = 0, instr_ticks = 0, calib_ticks = 0;
-  std::uint64_t dropped_funcs = 0, dropped_threads = 0, threads = 0, budget_offs = 0;
+  std::uint64_t dropped_funcs = 0, dropped_threads = 0, threads = 0, budget_offs = 0, capped_hits = 0, stale_exits = 0;
   std::vector<FunctionStats> functions;  // merged over segments by (object, name)
   std::vector<ThreadStats> threads_list;
   std::vector<TimelinePoint> timeline;

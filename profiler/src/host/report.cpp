@@ -33,6 +33,13 @@ const char* provider_name(std::uint32_t p) {
   }
 }
 
+const char* status_name(std::uint64_t s) {
+  static const char* const kNames[] = {"ok", "unknown_id", "bytes_changed", "outside_code", "not_writable",
+                                       "out_of_range", "busy", "bad_argument", "unsupported", "table_full",
+                                       "engine_error"};
+  return s < std::size(kNames) ? kNames[s] : "?";
+}
+
 struct Mapped {
   void* p = MAP_FAILED;
   std::size_t n = 0;
@@ -121,6 +128,11 @@ ProfileData read_segments(const std::string& raw_dir, const RunInfo& run) {
     d.dropped_funcs += h.dropped_funcs;
     d.dropped_threads += h.dropped_threads;
     d.budget_offs += h.budget_offs;
+    d.capped_hits += h.capped_hits;
+    d.stale_exits += h.stale_exits;
+    if (h.toggle_failures > 0)
+      d.notes.push_back(fmt::format("segment {}: {} probe toggles failed (last status: {})", h.segment,
+                                    h.toggle_failures, status_name(h.last_failure)));
     if (h.note[0] != '\0') d.notes.push_back(std::string(h.note, strnlen(h.note, sizeof h.note)));
     if (h.dropped_funcs > 0)
       d.notes.push_back(fmt::format("segment {}: {} functions beyond the table ({}) were not profiled",
@@ -136,8 +148,8 @@ ProfileData read_segments(const std::string& raw_dir, const RunInfo& run) {
       const TimelineEntry& e = timeline[i];
       TimelinePoint p;
       p.t_s = run.tsc_hz > 0 ? (static_cast<double>(e.tsc) - t0) / run.tsc_hz : 0;
-      const double denom = static_cast<double>(e.period_ticks) * static_cast<double>(std::max<std::uint64_t>(e.threads, 1));
-      p.instr_share = denom > 0 ? static_cast<double>(e.instr_ticks) / denom : 0;
+      // Share of the CPU time the process got in the period (what the budget is a share of).
+      p.instr_share = e.cpu_ticks > 0 ? static_cast<double>(e.instr_ticks) / static_cast<double>(e.cpu_ticks) : 0;
       p.active_probes = e.active_probes;
       p.threads = e.threads;
       d.timeline.push_back(p);
@@ -164,9 +176,14 @@ ProfileData read_segments(const std::string& raw_dir, const RunInfo& run) {
       double active = static_cast<double>(f.active_ticks);
       if (f.on_since != 0 && end > f.on_since) active += static_cast<double>(end - f.on_since);
       active = std::min(active, seg_ticks);
-      // Calls estimated: the observed rate while the entry probe was on, over the image's life.
+      // Calls estimated: never switched off -> the calls observed; otherwise the call rate
+      // inside the windows (first hit -> switch-off) times the image's life.
       double est = static_cast<double>(f.calls);
-      if (active > 0 && active < seg_ticks) est = static_cast<double>(f.calls) * seg_ticks / active;
+      if (f.offs > 0) {
+        double rate_ticks = static_cast<double>(f.rate_ticks);
+        if (f.window_first != 0 && end > f.window_first) rate_ticks += static_cast<double>(end - f.window_first);
+        if (rate_ticks > 0) est = std::max(est, static_cast<double>(f.rate_calls) * seg_ticks / rate_ticks);
+      }
       s.calls_estimated += est;
       s.active_ticks += active;
       s.run_ticks += seg_ticks;
@@ -187,6 +204,10 @@ ProfileData read_segments(const std::string& raw_dir, const RunInfo& run) {
       for (unsigned b = 0; b < kHistBuckets; ++b) s.hist[b] += f.hist[b];
     }
   }
+  if (!hdrs.empty() && d.probes == 0)
+    d.notes.push_back(
+        "no probe sites: build the program with -finstrument-functions or -fpatchable-function-entry=5, "
+        "or use --trace");
   return d;
 }
 
@@ -356,7 +377,9 @@ nlohmann::json report_json(const ProfileData& d, const RunInfo& run, const std::
                    {"toggle_ticks", d.toggle_ticks},
                    {"toggle_share", cpu_ticks > 0 ? static_cast<double>(d.toggle_ticks) / cpu_ticks : 0.0},
                    {"calib_ticks_per_hit", d.calib_ticks},
-                   {"budget_offs", d.budget_offs}};
+                   {"budget_offs", d.budget_offs},
+                   {"capped_hits", d.capped_hits},
+                   {"stale_exits", d.stale_exits}};
   json tl = json::array();
   for (const TimelinePoint& p : d.timeline)
     tl.push_back({{"t_s", p.t_s},
@@ -380,6 +403,7 @@ nlohmann::json report_json(const ProfileData& d, const RunInfo& run, const std::
                   {"p99_ticks", s.samples ? json(s.p99) : json()},
                   {"share", s.share},
                   {"batches", s.batches},
+                  {"active_share", s.run_ticks > 0 ? s.active_ticks / s.run_ticks : 0.0},
                   {"toggles", s.toggles},
                   {"hist", hist_json(s.hist)},
                   {"converged", s.converged}});
