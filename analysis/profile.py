@@ -11,7 +11,8 @@ run list scripts/profile_eval.py writes (runs.csv):
 - information: per run, what a policy kept of what full instrumentation (the same
             workload, the same round) got: functions seen, and latency estimates within 10%
             (of the ground truth where there is one, else of full's estimate).
-- dime_curve: information kept against slowdown for the `budget` policy at each budget.
+- dime_curve: information kept against slowdown for the `budget` policy at each budget
+            (the dimeN runs, whose sampling only the budget limits, when present).
 
 Pure functions over loaded data; every reader raises loaders.InputError naming the file
 and the field at fault. Regenerate everything with `python3 -m analysis.profile DIR`.
@@ -408,9 +409,14 @@ def dime_curve(rows: list[dict[str, Any]], info: Optional[list[dict]] = None) ->
     kept: dict[tuple[str, str], list[dict]] = {}
     for i in info:
         kept.setdefault((i["workload"], i["config"]), []).append(i)
+    # The curve's points: the dimeN runs (budget only, see scripts/profile_eval.py) when a
+    # workload has them, else its budget-policy runs; and full.
+    has_dime = {w for (w, label) in kept if label.startswith("dime")}
     out = []
     for (workload, label), items in kept.items():
         if items[0]["policy"] not in ("budget", "full"):
+            continue
+        if workload in has_dime and items[0]["policy"] == "budget" and not label.startswith("dime"):
             continue
         s = slow.get((workload, label), [])
 

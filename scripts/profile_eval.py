@@ -12,11 +12,12 @@ Debian's python3 and sqlite3 through tracepoints) it runs, INTERLEAVED round aft
     paper      crossmod profile --policy paper
     budget     crossmod profile --policy budget   (--budget 5%, the default)
     converge   crossmod profile --policy converge
-    budgetN    crossmod profile --policy budget --budget N%   (the DIME* curve, N != 5)
+    dimeN      crossmod profile --policy budget --budget N% --samples 1000000
+               (the DIME* curve: the budget, not the per-epoch sample quota, limits sampling)
 
 and writes into results/<machine>/profile/ (the machine folder of the harness):
     runs.csv              one row per run (what ran, exit status, CPU seconds, files)
-    raw/<workload>/<config>-r<round>/   stdout.txt, stderr.txt, truth.json (latency_lab),
+    raw/<workload>/<config>-r<round>/   cmd.txt, stdout.txt, stderr.txt, truth.json (latency_lab),
                           profile/ (what `crossmod profile --out` wrote, without its raw/
                           segment files unless --keep-raw)
     table3.csv/.md, accuracy.csv, accuracy_summary.csv, information.csv, dime_curve.csv
@@ -86,9 +87,12 @@ class Workload:
 class Config:
     policy: str
     budget: Optional[float] = None
+    dime: bool = False          # a DIME* curve point: the budget is the only limit on sampling
 
     @property
     def label(self) -> str:
+        if self.dime:
+            return f"dime{100 * (self.budget or DEFAULT_BUDGET):g}"
         if self.policy == "budget" and self.budget is not None and abs(self.budget - DEFAULT_BUDGET) > 1e-12:
             return f"budget{100 * self.budget:g}"
         return self.policy
@@ -152,8 +156,7 @@ def workloads(args, wdir: Path) -> dict[str, Workload]:
 
 def plan(args, wls: dict[str, Workload]) -> list[tuple[int, Workload, Config]]:
     configs = [Config(p, DEFAULT_BUDGET if p == "budget" else None) for p in args.policies]
-    dime = [Config("budget", b) for b in args.budgets if abs(b - DEFAULT_BUDGET) > 1e-12] \
-        if "budget" in args.policies else []
+    dime = [Config("budget", b, dime=True) for b in args.budgets] if "budget" in args.policies else []
     runs = []
     for rnd in range(args.rounds):
         for name in args.workloads:
@@ -172,6 +175,8 @@ def command(args, w: Workload, c: Config, run_dir: Path) -> list[str]:
     cmd = [str(args.crossmod), "profile", "--policy", c.policy, "--out", str(run_dir / "profile"), "--quiet"]
     if c.policy == "budget":
         cmd += ["--budget", f"{100 * (c.budget or DEFAULT_BUDGET):g}%"]
+    if c.dime:
+        cmd += ["--samples", str(args.dime_samples)]
     if w.trace:
         cmd += ["--trace", w.trace]
     cmd += list(args.profile_arg)
@@ -237,6 +242,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--budgets", help="DIME* budgets in %% (default 1,2,5,10,20,50)")
     p.add_argument("--dime-workloads", default="lab-cyg,lab-pfe,kvpipe-cyg,kvpipe-pfe",
                    help="workloads that also run every --budgets value")
+    p.add_argument("--dime-samples", type=int, default=1000000,
+                   help="--samples for the DIME* budget runs (default 1000000: the budget alone limits "
+                        "sampling; with the default 10 per epoch the sample quota binds first)")
     p.add_argument("--lab-iterations", type=int, help="latency_lab iterations per thread")
     p.add_argument("--kv-ops", type=int, help="kvpipe operations per thread")
     p.add_argument("--py-scale", type=int, help="python_cpu.py SCALE")
@@ -262,7 +270,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         preset = PRESETS[args.preset]
-        for key in ("rounds", "lab_iterations", "kv_ops", "py_scale", "sql_rows", "timeout"):
+        for key in ("rounds", "lab_iterations", "kv_ops", "py_scale", "sql_rows", "timeout", "dime_samples"):
             if getattr(args, key) is None:
                 setattr(args, key, preset[key])
             if getattr(args, key) <= 0:
@@ -320,7 +328,7 @@ def main(argv: Optional[list[str]] = None) -> int:
                "rounds": args.rounds, "preset": args.preset,
                "sizes": {"lab_iterations": args.lab_iterations, "kv_ops": args.kv_ops, "py_scale": args.py_scale,
                          "sql_rows": args.sql_rows},
-               "budgets": args.budgets, "runs_planned": len(runs),
+               "budgets": args.budgets, "dime_samples": args.dime_samples, "runs_planned": len(runs),
                "versions": {"python3": subprocess.run(["/usr/bin/python3", "--version"], capture_output=True,
                                                       text=True).stdout.strip(),
                             "sqlite3": subprocess.run(["/usr/bin/sqlite3", "--version"], capture_output=True,
@@ -337,6 +345,8 @@ def main(argv: Optional[list[str]] = None) -> int:
             if run_dir.exists():
                 shutil.rmtree(run_dir)
             cmd = command(args, w, c, run_dir)
+            run_dir.mkdir(parents=True)
+            (run_dir / "cmd.txt").write_text(" ".join(cmd) + (f" < {w.stdin}" if w.stdin else "") + "\n")
             rc, wall, launcher_cpu, note = run_one(cmd, run_dir, w.stdin, args.timeout)
             cpu = launcher_cpu if c.policy == "baseline" else None
             prof_rel = ""

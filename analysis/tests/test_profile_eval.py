@@ -92,7 +92,7 @@ def test_dry_run_plans_interleaved_rounds(fakes):
     assert p.returncode == 0, p.stderr
     lines = [ln.split() for ln in p.stdout.splitlines() if not ln.startswith("#")]
     labels = [(ln[1], ln[3]) for ln in lines]
-    per_round = ["baseline", "none", "full", "paper", "budget", "converge", "budget1"]
+    per_round = ["baseline", "none", "full", "paper", "budget", "converge", "dime1", "dime5"]
     assert labels == [(f"r{r}", c) for r in range(2) for c in per_round]
     assert not (fakes / "out").exists()
 
@@ -115,21 +115,22 @@ def test_full_pipeline_with_fake_profiler(fakes):
     assert p.returncode == 0, p.stderr
     out = fakes / "out"
     rows = list(csv.DictReader((out / "runs.csv").open()))
-    assert len(rows) == 2 * (8 + 6)
+    assert len(rows) == 2 * (9 + 6)
     assert [int(r["order"]) for r in rows] == list(range(len(rows)))
     assert all(r["rc"] == "0" and r["note"] == "" for r in rows), [r for r in rows if r["note"]]
     assert "ETA" in p.stderr
     t3 = {(r["workload"], r["config"]): r for r in csv.DictReader((out / "table3.csv").open())}
     # Fake CPU: the profiled runs claim 1 s x a factor; the baseline is the real (tiny) CPU time.
     assert float(t3[("lab-cyg", "full")]["cpu_s_median"]) == pytest.approx(3.0)
-    assert float(t3[("lab-cyg", "budget1")]["cpu_s_median"]) == pytest.approx(1.01)
+    assert float(t3[("lab-cyg", "dime1")]["cpu_s_median"]) == pytest.approx(1.01)
     info = {(r["config"], r["round"]): r for r in csv.DictReader((out / "information.csv").open())
             if r["workload"] == "lab-cyg"}
     # budget 1% (fake) drops lab_b: 1 of 2 seen, 1 of 2 accurate; paper is 30% off everywhere.
-    assert float(info[("budget1", "0")]["kept"]) == pytest.approx(0.5)
+    assert float(info[("dime1", "0")]["kept"]) == pytest.approx(0.5)
     assert float(info[("paper", "0")]["kept"]) == pytest.approx(0.5)
     dime = [r["config"] for r in csv.DictReader((out / "dime_curve.csv").open()) if r["workload"] == "lab-cyg"]
-    assert dime == ["budget1", "budget", "budget50", "full"]
+    assert dime == ["dime1", "dime5", "dime50", "full"]
+    assert "--samples 1000000" in (out / "raw" / "lab-cyg" / "dime1-r0" / "cmd.txt").read_text()
     acc = list(csv.DictReader((out / "accuracy.csv").open()))
     assert {r["function"] for r in acc} == {"lab_a", "lab_b"}
     assert json.loads((out / "eval.json").read_text())["rounds"] == 2
