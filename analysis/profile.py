@@ -20,6 +20,7 @@ and the field at fault. Regenerate everything with `python3 -m analysis.profile 
 from __future__ import annotations
 
 import csv
+import gzip
 import json
 import math
 import statistics
@@ -152,16 +153,22 @@ def _function(path: Path, i: int, f: Any) -> FunctionStat:
 
 
 def load_profile(path: Path) -> Profile:
-    """profile.json of `crossmod profile`, schema 1. A directory means DIR/profile.json."""
+    """profile.json of `crossmod profile`, schema 1. A directory means DIR/profile.json, or
+    DIR/profile.json.gz (scripts/profile_eval.py compresses the ones it keeps)."""
     path = Path(path)
     if path.is_dir():
-        path = path / "profile.json"
+        path = path / "profile.json" if (path / "profile.json").is_file() or not (path / "profile.json.gz").is_file() \
+            else path / "profile.json.gz"
     try:
-        data = json.loads(path.read_text())
+        raw = path.read_bytes()
     except OSError as e:
         raise InputError(path, f"cannot read: {e.strerror or e}") from None
+    try:
+        data = json.loads(gzip.decompress(raw) if path.suffix == ".gz" else raw)
     except json.JSONDecodeError as e:
         raise InputError(path, f"not JSON: {e.msg} at line {e.lineno} column {e.colno}") from None
+    except (OSError, EOFError, UnicodeDecodeError) as e:   # gzip.BadGzipFile is an OSError
+        raise InputError(path, f"not readable as {'gzip ' if path.suffix == '.gz' else ''}JSON: {e}") from None
     if not isinstance(data, dict):
         raise InputError(path, "expected a JSON object")
     if data.get("schema") != PROFILE_SCHEMA:
@@ -255,7 +262,8 @@ def attach(rows: list[dict[str, Any]], base: Path) -> list[dict[str, Any]]:
     for r in rows:
         p = _resolve(base, r.get("profile", ""))
         t = _resolve(base, r.get("truth", ""))
-        r["_profile"] = load_profile(p) if p is not None and (p.is_file() or (p / "profile.json").is_file()) else None
+        r["_profile"] = load_profile(p) if p is not None and (
+            p.is_file() or (p / "profile.json").is_file() or (p / "profile.json.gz").is_file()) else None
         r["_truth"] = load_truth(t) if t is not None and t.is_file() else None
     return rows
 

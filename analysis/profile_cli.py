@@ -90,7 +90,8 @@ def main(argv: Optional[list[str]] = None) -> int:
             if path.is_dir() and (path / "runs.csv").is_file():
                 out_dir = args.out or path / "plots"
                 written = process_eval_folder(path, out_dir, args.svg, args.top, args.profiles)
-            elif path.is_file() or (path.is_dir() and (path / "profile.json").is_file()):
+            elif path.is_file() or (path.is_dir() and ((path / "profile.json").is_file()
+                                                        or (path / "profile.json.gz").is_file())):
                 p = prof.load_profile(path)
                 out_dir = args.out or p.path.parent / "plots"
                 written = profile_plots_for(p, out_dir, args.svg, args.top)

@@ -114,25 +114,29 @@ def dime_curve(rows: list[dict[str, Any]], machine: Machine, out_dir: Path, svg:
     pts = [r for r in rows if r.get("slowdown_median") is not None and r.get("kept_median") is not None]
     if not pts:
         raise Skip("no dime_curve rows with both a slowdown and information kept")
+    panels = [("kept_median", "means: seen + mean within 10%")]
+    if any(r.get("kept_p50_median") is not None for r in pts):
+        panels.append(("kept_p50_median", "medians: seen + p50 within 10%"))
     fig, axes = _figure("Information kept vs overhead (budget policy; full = 100%)",
-                        machine.subtitle(source), figsize=(9.0, 5.6))
-    ax = axes[0][0]
+                        machine.subtitle(source), ncols=len(panels), figsize=(6.0 * len(panels), 5.6))
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
-    for i, w in enumerate(sorted({r["workload"] for r in pts})):
-        ws = sorted((r for r in pts if r["workload"] == w), key=lambda r: r["budget"])
-        x = [100 * (r["slowdown_median"] - 1) for r in ws]
-        y = [100 * r["kept_median"] for r in ws]
-        c = colors[i % len(colors)]
-        ax.plot(x, y, "o-", color=c, label=w)
-        for r, xi, yi in zip(ws, x, y):
-            lo, hi = r.get("slowdown_min"), r.get("slowdown_max")
-            if lo is not None and hi is not None:
-                ax.plot([100 * (lo - 1), 100 * (hi - 1)], [yi, yi], color=c, lw=0.8, alpha=0.5)
-            lab = "full" if r["policy"] == "full" else f"{100 * r['budget']:g}%"
-            ax.annotate(lab, (xi, yi), textcoords="offset points", xytext=(4, 4), fontsize=7, color=c)
-    ax.axhline(95, color="#999999", ls=":", lw=1)
-    ax.set_xlabel("CPU-time slowdown vs no preload (%; median over rounds, bar = min..max)")
-    ax.set_ylabel("information kept vs full (%)")
-    ax.set_ylim(0, 105)
-    ax.legend(fontsize=7)
+    for ax, (key, title) in zip(axes[0], panels):
+        for i, w in enumerate(sorted({r["workload"] for r in pts})):
+            ws = sorted((r for r in pts if r["workload"] == w and r.get(key) is not None), key=lambda r: r["budget"])
+            x = [100 * (r["slowdown_median"] - 1) for r in ws]
+            y = [100 * r[key] for r in ws]
+            c = colors[i % len(colors)]
+            ax.plot(x, y, "o-", color=c, label=w)
+            for r, xi, yi in zip(ws, x, y):
+                lo, hi = r.get("slowdown_min"), r.get("slowdown_max")
+                if lo is not None and hi is not None:
+                    ax.plot([100 * (lo - 1), 100 * (hi - 1)], [yi, yi], color=c, lw=0.8, alpha=0.4)
+                lab = "full" if r["policy"] == "full" else f"{100 * r['budget']:g}%"
+                ax.annotate(lab, (xi, yi), textcoords="offset points", xytext=(4, 4), fontsize=7, color=c)
+        ax.axhline(95, color="#999999", ls=":", lw=1)
+        ax.set_title(title, fontsize=9)
+        ax.set_xlabel("CPU-time slowdown vs no preload (%; median, bar = min..max over rounds)")
+        ax.set_ylabel("information kept vs full (%)")
+        ax.set_ylim(0, 105)
+        ax.legend(fontsize=7)
     return _save(fig, out_dir, "profile_dime_curve", svg)

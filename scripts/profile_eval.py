@@ -18,8 +18,8 @@ Debian's python3 and sqlite3 through tracepoints) it runs, INTERLEAVED round aft
 and writes into results/<machine>/profile/ (the machine folder of the harness):
     runs.csv              one row per run (what ran, exit status, CPU seconds, files)
     raw/<workload>/<config>-r<round>/   cmd.txt, stdout.txt, stderr.txt, truth.json (latency_lab),
-                          profile/ (what `crossmod profile --out` wrote, without its raw/
-                          segment files unless --keep-raw)
+                          profile/ (what `crossmod profile --out` wrote; unless --keep-raw,
+                          without its raw/ segment files and with profile.json gzipped)
     table3.csv/.md, accuracy.csv, accuracy_summary.csv, information.csv, dime_curve.csv
                           (computed by analysis/profile.py; regenerate them and the plots
                           with `/usr/bin/python3 -m analysis.profile_cli <that folder>`)
@@ -37,6 +37,7 @@ from __future__ import annotations
 import argparse
 import csv
 import datetime as dt
+import gzip
 import json
 import os
 import re
@@ -261,7 +262,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", type=Path, help="output folder (default results/<machine>/profile)")
     p.add_argument("--timeout", type=float, help="seconds per run before it is killed")
     p.add_argument("--keep-raw", action="store_true",
-                   help="keep each run's profile/raw/ (the runtime's segment files; deleted by default)")
+                   help="keep each run's profile/raw/ (the runtime's segment files; deleted by default) "
+                        "and its profile.json uncompressed")
     p.add_argument("--dry-run", action="store_true", help="print the plan, run nothing")
     return p
 
@@ -364,6 +366,12 @@ def main(argv: Optional[list[str]] = None) -> int:
             # by the launcher) are not kept unless asked for.
             if not args.keep_raw and (run_dir / "profile" / "raw").is_dir():
                 shutil.rmtree(run_dir / "profile" / "raw")
+            # profile.json compressed (byte-identical inside; analysis/profile.py reads both):
+            # a few hundred runs of ~60 KB each.
+            if not args.keep_raw and pj.is_file():
+                with open(pj, "rb") as src, gzip.open(str(pj) + ".gz", "wb", compresslevel=9) as dst:
+                    shutil.copyfileobj(src, dst)
+                pj.unlink()
             stdout = (run_dir / "stdout.txt").read_bytes()
             if c.policy == "baseline":
                 baseline_stdout[(w.name, rnd)] = stdout

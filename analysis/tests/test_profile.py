@@ -259,3 +259,12 @@ def test_main_cli_includes_profile_folder(eval_folder):
         rc = cli.main([str(eval_folder.parent), "--no-svg"])
     assert rc == 0 and "profile evaluation" in out.getvalue()
     assert_real_png(eval_folder.parent / "plots" / "profile" / "profile_dime_curve.png")
+
+
+def test_load_profile_gzipped(tmp_path):
+    import gzip
+    (tmp_path / "profile.json.gz").write_bytes(gzip.compress(json.dumps(make_profile("paper", exact())).encode()))
+    assert prof.load_profile(tmp_path).policy_name == "paper"
+    (tmp_path / "profile.json.gz").write_bytes(b"not gzip")
+    with pytest.raises(InputError, match="not readable as gzip JSON"):
+        prof.load_profile(tmp_path)

@@ -130,6 +130,8 @@ def test_full_pipeline_with_fake_profiler(fakes):
     assert float(info[("paper", "0")]["kept"]) == pytest.approx(0.5)
     dime = [r["config"] for r in csv.DictReader((out / "dime_curve.csv").open()) if r["workload"] == "lab-cyg"]
     assert dime == ["dime1", "dime5", "dime50", "full"]
+    assert (out / "raw" / "lab-cyg" / "full-r0" / "profile" / "profile.json.gz").is_file()
+    assert not (out / "raw" / "lab-cyg" / "full-r0" / "profile" / "profile.json").exists()
     assert "--samples 1000000" in (out / "raw" / "lab-cyg" / "dime1-r0" / "cmd.txt").read_text()
     acc = list(csv.DictReader((out / "accuracy.csv").open()))
     assert {r["function"] for r in acc} == {"lab_a", "lab_b"}
