@@ -318,7 +318,8 @@ def main(argv: Optional[list[str]] = None) -> int:
             if (folder / "profile" / "runs.csv").is_file() and only is None:
                 from . import profile_cli
                 written = profile_cli.process_eval_folder(folder / "profile", out_dir / "profile", args.svg,
-                                                          profile_cli.profile_plots.TOP_N, False)
+                                                          profile_cli.profile_plots.TOP_N, False,
+                                                          write_tables=False)
                 print(f"  profile evaluation: {len(written)} files written for {folder / 'profile'}")
         if multi and (only is None or "tmax_overlay" in only):
             overlay_dir = args.out if args.out is not None else args.folders[0] / "plots"

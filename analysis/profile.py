@@ -512,15 +512,19 @@ def summarize_accuracy(acc: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
+def compute_all(folder: Path) -> dict[str, Any]:
+    """The evaluation tables of `folder` from its runs.csv and the files it names."""
+    rows = attach(load_runs(folder / "runs.csv"), folder)
+    info = information(rows)
+    return {"rows": rows, "table3": table3(rows), "accuracy": accuracy(rows), "information": info,
+            "dime": dime_curve(rows, info)}
+
+
 def write_all(folder: Path) -> dict[str, Any]:
     """Recomputes table3.csv/.md, accuracy.csv, information.csv and dime_curve.csv in
     `folder` from its runs.csv and the files it names. Returns the computed tables."""
-    runs_path = folder / "runs.csv"
-    rows = attach(load_runs(runs_path), folder)
-    t3 = table3(rows)
-    acc = accuracy(rows)
-    info = information(rows)
-    dime = dime_curve(rows, info)
+    tables = compute_all(folder)
+    rows, t3, acc, info, dime = (tables[k] for k in ("rows", "table3", "accuracy", "information", "dime"))
     write_csv(folder / "table3.csv", t3, list(t3[0].keys()) if t3 else ["workload"])
     (folder / "table3.md").write_text(table3_markdown(t3))
     write_csv(folder / "accuracy.csv", acc, list(acc[0].keys()) if acc else ["workload"])

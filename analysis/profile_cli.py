@@ -51,10 +51,16 @@ def profile_plots_for(p: prof.Profile, out_dir: Path, svg: bool, top: int) -> li
     return written
 
 
-def process_eval_folder(folder: Path, out_dir: Path, svg: bool, top: int, all_profiles: bool) -> list[Path]:
-    tables = prof.write_all(folder)
-    written: list[Path] = [folder / n for n in ("table3.csv", "table3.md", "accuracy.csv", "accuracy_summary.csv",
-                                               "information.csv", "dime_curve.csv")]
+def process_eval_folder(folder: Path, out_dir: Path, svg: bool, top: int, all_profiles: bool,
+                        write_tables: bool = True) -> list[Path]:
+    """Tables (rewritten in `folder` unless write_tables is False) and plots (into out_dir)."""
+    written: list[Path] = []
+    if write_tables:
+        tables = prof.write_all(folder)
+        written += [folder / n for n in ("table3.csv", "table3.md", "accuracy.csv", "accuracy_summary.csv",
+                                         "information.csv", "dime_curve.csv")]
+    else:
+        tables = prof.compute_all(folder)
     machine = _machine_for(folder)
     _draw("dime_curve", lambda: profile_plots.dime_curve(tables["dime"], machine, out_dir, svg,
                                                          source=f"{folder.name}/dime_curve.csv"), written)

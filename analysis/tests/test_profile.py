@@ -258,6 +258,7 @@ def test_main_cli_includes_profile_folder(eval_folder):
     with contextlib.redirect_stdout(out):
         rc = cli.main([str(eval_folder.parent), "--no-svg"])
     assert rc == 0 and "profile evaluation" in out.getvalue()
+    assert not (eval_folder / "table3.csv").exists()     # this CLI writes only plot directories
     assert_real_png(eval_folder.parent / "plots" / "profile" / "profile_dime_curve.png")
 
 
