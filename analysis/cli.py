@@ -353,6 +353,13 @@ def main(argv: Optional[list[str]] = None) -> int:
             (out_dir / "summary.json").write_text(summary_text + "\n")
             print(_text_summary(r, out_dir))
             results.append(r)
+            # `crossmod profile` evaluation (scripts/profile_eval.py) in <folder>/profile.
+            if (folder / "profile" / "runs.csv").is_file() and only is None:
+                from . import profile_cli
+                written = profile_cli.process_eval_folder(folder / "profile", out_dir / "profile", args.svg,
+                                                          profile_cli.profile_plots.TOP_N, False,
+                                                          write_tables=False)
+                print(f"  profile evaluation: {len(written)} files written for {folder / 'profile'}")
         if multi and (only is None or "tmax_overlay" in only):
             overlay_dir = args.out if args.out is not None else args.folders[0] / "plots"
             try:

@@ -1,0 +1,280 @@
+// latency_lab: a multi-threaded program whose per-function latencies are known, so a
+// profiler's estimates can be checked against ground truth (issue 12, accuracy).
+//
+// Every lab_* function spins until a known number of TSC ticks has passed (200 .. 100k),
+// at a known call frequency, some nested (lab_outer calls lab_inner_3k). Each call times
+// its own body with the same TSC the profiler uses (the spin's first and last rdtsc), so
+// the program knows, in every run and with or without instrumentation, the true call
+// count and the true mean latency of every function. It writes them to --truth FILE.json.
+// The program knows nothing about crossmod; it is built with -finstrument-functions and
+// with -fpatchable-function-entry=5 (profiler/workloads/CMakeLists.txt).
+//
+//   latency_lab [--threads 8] [--iterations N | --seconds S] [--truth FILE.json]
+// Exit 0; bad options: one line on stderr, exit 2.
+#include <x86intrin.h>
+
+#include <atomic>
+#include <chrono>
+#include <cinttypes>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cerrno>
+#include <cstring>
+#include <algorithm>
+#include <string>
+#include <thread>
+#include <vector>
+
+#if defined(__clang__)
+#define LAB_NOIPA __attribute__((noinline))
+#else
+#define LAB_NOIPA __attribute__((noipa))
+#endif
+
+// The measurement helpers are neither instrumented nor separate functions: the probes must
+// see only the lab_* functions' own entries and exits, not the spin loop's TSC reads
+// (-finstrument-functions also instruments inlined functions, at every inlined call).
+#define LAB_HELPER __attribute__((always_inline, no_instrument_function)) inline
+
+namespace {
+
+// Per-thread truth: calls and the sum of measured body ticks per function (plain
+// thread-local counters, summed after join: no atomics on the measured path).
+enum Fn : unsigned { kLeaf200, kLeaf1k, kLeaf5k, kLeaf20k, kLeaf100k, kOuter, kInner3k, kRare50k,
+                     kTiny, kFnCount };
+struct FnInfo {
+  const char* name;
+  std::uint64_t spin_ticks;  // 0: not a spinning function (kTiny, kOuter)
+  const char* role;
+};
+constexpr FnInfo kFns[kFnCount] = {
+    {"lab_leaf_200", 200, "leaf, 40 calls per iteration"},
+    {"lab_leaf_1k", 1000, "leaf, 10 calls per iteration"},
+    {"lab_leaf_5k", 5000, "leaf, 4 calls per iteration"},
+    {"lab_leaf_20k", 20000, "leaf, 1 call per iteration"},
+    {"lab_leaf_100k", 100000, "leaf, 1 call every 8 iterations"},
+    {"lab_outer", 9000, "2k spin + 2 x lab_inner_3k + 1k spin, 1 call every 2 iterations"},
+    {"lab_inner_3k", 3000, "nested: called only by lab_outer"},
+    {"lab_rare_50k", 50000, "leaf, 1 call every 64 iterations"},
+    {"lab_tiny", 0, "a few arithmetic instructions, 200 calls per iteration (not timed)"},
+};
+
+struct Truth {
+  std::uint64_t calls[kFnCount] = {};
+  std::uint64_t ticks[kFnCount] = {};
+  double sumsq[kFnCount] = {};
+  std::uint64_t preempted[kFnCount] = {};       // calls whose body took > 2 x nominal + 20k ticks
+  std::uint64_t preempted_ticks[kFnCount] = {};
+};
+thread_local Truth* t_truth = nullptr;
+
+LAB_HELPER std::uint64_t tsc() noexcept { return __rdtsc(); }
+
+// Spins until `ticks` TSC ticks have passed since its first rdtsc; returns the elapsed
+// ticks between its first and last rdtsc: the call's body time.
+LAB_HELPER std::uint64_t spin(std::uint64_t ticks) noexcept {
+  const std::uint64_t start = tsc();
+  std::uint64_t now = start;
+  while (now - start < ticks) {
+    _mm_pause();
+    now = tsc();
+  }
+  return now - start;
+}
+
+LAB_HELPER void record(Fn f, std::uint64_t ticks) noexcept {
+  Truth& t = *t_truth;
+  ++t.calls[f];
+  t.ticks[f] += ticks;
+  t.sumsq[f] += static_cast<double>(ticks) * static_cast<double>(ticks);
+  // 8 threads on a few cores: a spin descheduled by the kernel lasts milliseconds. Such
+  // calls are real latency (the mean keeps them) but are counted apart too.
+  if (ticks > 2 * kFns[f].spin_ticks + 20000) {
+    ++t.preempted[f];
+    t.preempted_ticks[f] += ticks;
+  }
+}
+
+}  // namespace
+
+extern "C" {
+LAB_NOIPA void lab_leaf_200() { record(kLeaf200, spin(200)); }
+LAB_NOIPA void lab_leaf_1k() { record(kLeaf1k, spin(1000)); }
+LAB_NOIPA void lab_leaf_5k() { record(kLeaf5k, spin(5000)); }
+LAB_NOIPA void lab_leaf_20k() { record(kLeaf20k, spin(20000)); }
+LAB_NOIPA void lab_leaf_100k() { record(kLeaf100k, spin(100000)); }
+LAB_NOIPA void lab_rare_50k() { record(kRare50k, spin(50000)); }
+LAB_NOIPA void lab_inner_3k() { record(kInner3k, spin(3000)); }
+LAB_NOIPA void lab_outer() {
+  const std::uint64_t start = tsc();
+  spin(2000);
+  lab_inner_3k();
+  lab_inner_3k();
+  spin(1000);
+  record(kOuter, tsc() - start);
+}
+LAB_NOIPA std::uint64_t lab_tiny(std::uint64_t x) {
+  ++t_truth->calls[kTiny];
+  return x * 0x9E3779B97F4A7C15ull + 7;
+}
+LAB_NOIPA std::uint64_t lab_iteration(std::uint64_t i, std::uint64_t acc) {
+  for (int k = 0; k < 200; ++k) acc = lab_tiny(acc);
+  for (int k = 0; k < 40; ++k) lab_leaf_200();
+  for (int k = 0; k < 10; ++k) lab_leaf_1k();
+  for (int k = 0; k < 4; ++k) lab_leaf_5k();
+  lab_leaf_20k();
+  if (i % 2 == 0) lab_outer();
+  if (i % 8 == 0) lab_leaf_100k();
+  if (i % 64 == 63) lab_rare_50k();
+  return acc;
+}
+}
+
+namespace {
+
+[[noreturn]] void usage_error(const std::string& msg) {
+  std::fprintf(stderr, "latency_lab: %s (usage: latency_lab [--threads N] [--iterations N | --seconds S] [--truth FILE.json])\n",
+               msg.c_str());
+  std::exit(2);
+}
+
+bool parse_u64(const char* s, std::uint64_t& out) {
+  if (s == nullptr || *s == '\0' || *s == '-') return false;
+  char* end = nullptr;
+  errno = 0;
+  const unsigned long long v = std::strtoull(s, &end, 10);
+  if (errno != 0 || *end != '\0') return false;
+  out = v;
+  return true;
+}
+
+double measure_tsc_hz() {
+  const auto w0 = std::chrono::steady_clock::now();
+  const std::uint64_t t0 = tsc();
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  const std::uint64_t t1 = tsc();
+  const auto w1 = std::chrono::steady_clock::now();
+  return static_cast<double>(t1 - t0) / std::chrono::duration<double>(w1 - w0).count();
+}
+
+std::string json_escape(const std::string& s) {
+  std::string out;
+  for (char c : s) {
+    if (c == '"' || c == '\\') out.push_back('\\');
+    out.push_back(c);
+  }
+  return out;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::uint64_t threads = 8, iterations = 0;
+  double seconds = 0;
+  const char* truth_path = nullptr;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    const char* v = i + 1 < argc ? argv[i + 1] : nullptr;
+    if (a == "--threads") {
+      if (!parse_u64(v, threads) || threads == 0 || threads > 256) usage_error("--threads wants 1..256");
+      ++i;
+    } else if (a == "--iterations") {
+      if (!parse_u64(v, iterations) || iterations == 0) usage_error("--iterations wants a positive integer");
+      ++i;
+    } else if (a == "--seconds") {
+      char* end = nullptr;
+      seconds = v ? std::strtod(v, &end) : 0;
+      if (v == nullptr || *end != '\0' || !(seconds > 0 && seconds < 86400)) usage_error("--seconds wants a positive number");
+      ++i;
+    } else if (a == "--truth") {
+      if (v == nullptr || *v == '\0') usage_error("--truth wants a file name");
+      truth_path = v;
+      ++i;
+    } else {
+      usage_error("unknown option '" + a + "'");
+    }
+  }
+  if (iterations != 0 && seconds != 0) usage_error("give --iterations or --seconds, not both");
+  if (iterations == 0 && seconds == 0) iterations = 2000;
+  FILE* out = nullptr;
+  if (truth_path != nullptr) {
+    out = std::fopen(truth_path, "w");
+    if (out == nullptr) usage_error(std::string("cannot write ") + truth_path + ": " + std::strerror(errno));
+  }
+
+  const double tsc_hz = measure_tsc_hz();
+  const std::uint64_t deadline_ticks = static_cast<std::uint64_t>(seconds * tsc_hz);
+  std::vector<Truth> truths(threads);
+  std::vector<std::uint64_t> iters_done(threads), accs(threads);
+  std::vector<std::thread> pool;
+  const auto w0 = std::chrono::steady_clock::now();
+  for (std::uint64_t t = 0; t < threads; ++t) {
+    pool.emplace_back([&, t] {
+      t_truth = &truths[t];
+      std::uint64_t acc = t + 1, i = 0;
+      const std::uint64_t start = tsc();
+      for (;; ++i) {
+        if (iterations != 0 ? i >= iterations : tsc() - start >= deadline_ticks) break;
+        acc = lab_iteration(i, acc);
+      }
+      iters_done[t] = i;
+      accs[t] = acc;
+    });
+  }
+  for (auto& th : pool) th.join();
+  const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - w0).count();
+
+  Truth total;
+  std::uint64_t all_iters = 0, acc = 0;
+  for (std::uint64_t t = 0; t < threads; ++t) {
+    for (unsigned f = 0; f < kFnCount; ++f) {
+      total.calls[f] += truths[t].calls[f];
+      total.ticks[f] += truths[t].ticks[f];
+      total.sumsq[f] += truths[t].sumsq[f];
+      total.preempted[f] += truths[t].preempted[f];
+      total.preempted_ticks[f] += truths[t].preempted_ticks[f];
+    }
+    all_iters += iters_done[t];
+    acc ^= accs[t];
+  }
+  std::printf("latency_lab: %" PRIu64 " threads, %" PRIu64 " iterations, %.3f s, acc %016" PRIx64 "\n",
+              threads, all_iters, wall, acc);
+  if (out != nullptr) {
+    std::fprintf(out, "{\n  \"schema\": 1,\n  \"tool\": \"latency_lab\",\n  \"method\": \"self-timed: each call's body "
+                      "time between the first and last rdtsc of its spin, summed per thread without instrumentation "
+                      "of the measurement\",\n");
+    std::fprintf(out, "  \"threads\": %" PRIu64 ",\n  \"iterations\": %" PRIu64 ",\n  \"wall_s\": %.6f,\n  \"tsc_hz\": %.1f,\n",
+                 threads, all_iters, wall, tsc_hz);
+    std::fprintf(out, "  \"functions\": [\n");
+    for (unsigned f = 0; f < kFnCount; ++f) {
+      const bool timed = f != kTiny;
+      const double n = static_cast<double>(total.calls[f]);
+      std::fprintf(out, "    {\"name\": \"%s\", \"spin_ticks\": %" PRIu64 ", \"role\": \"%s\", \"calls\": %" PRIu64,
+                   kFns[f].name, kFns[f].spin_ticks, json_escape(kFns[f].role).c_str(), total.calls[f]);
+      if (timed && n > 0) {
+        const double mean = static_cast<double>(total.ticks[f]) / n;
+        const double var = n > 1 ? std::max(0.0, (total.sumsq[f] - n * mean * mean) / (n - 1)) : 0.0;
+        const std::uint64_t quiet = total.calls[f] - total.preempted[f];
+        std::fprintf(out, ", \"mean_ticks\": %.3f, \"sd_ticks\": %.3f, \"preempted_calls\": %" PRIu64, mean,
+                     std::sqrt(var), total.preempted[f]);
+        if (quiet > 0)
+          std::fprintf(out, ", \"mean_unpreempted_ticks\": %.3f}",
+                       static_cast<double>(total.ticks[f] - total.preempted_ticks[f]) / static_cast<double>(quiet));
+        else
+          std::fprintf(out, ", \"mean_unpreempted_ticks\": null}");
+      } else {
+        std::fprintf(out, ", \"mean_ticks\": null, \"sd_ticks\": null, \"preempted_calls\": null, "
+                          "\"mean_unpreempted_ticks\": null}");
+      }
+      std::fprintf(out, "%s\n", f + 1 < kFnCount ? "," : "");
+    }
+    std::fprintf(out, "  ]\n}\n");
+    if (std::fclose(out) != 0) {
+      std::fprintf(stderr, "latency_lab: writing %s failed\n", truth_path);
+      return 1;
+    }
+  }
+  return 0;
+}
