@@ -745,6 +745,13 @@ bool open_segment() {
   return true;
 }
 
+// The tail-call guard (resolve_pending_exits) was needed while the probes layer aborted on
+// tail calls between exit-probed functions; it chains them now, so the guard is opt-in.
+bool tailcall_guard() noexcept {
+  const char* v = std::getenv("CROSSMOD_PROFILE_TAILCALL_GUARD");
+  return v != nullptr && *v != '\0' && std::strcmp(v, "0") != 0;
+}
+
 void set_note(const char* s) {
   std::snprintf(g_hdr->note, sizeof g_hdr->note, "%s", s);
 }
@@ -757,7 +764,7 @@ __attribute__((constructor(200))) void profile_init() {
   g_by_function = new std::unordered_map<std::uintptr_t, std::uint32_t>();
   (void)cp::scan_loaded_objects();
   g_pending_exits = new std::vector<std::pair<std::uint32_t, cp::ProbeId>>();
-  g_defer_exits = std::getenv("CROSSMOD_PROFILE_TAILCALL_EXITS") == nullptr;
+  g_defer_exits = tailcall_guard();
   (void)cp::on_discovery(on_found, nullptr);  // replays every probe found so far
   if (g_defer_exits) {
     g_defer_exits = false;  // exits found later (none for patchable today) go on directly
@@ -765,7 +772,7 @@ __attribute__((constructor(200))) void profile_init() {
   }
   if (g_cfg.trace != nullptr) {
     std::size_t made = 0, refused = 0;
-    g_defer_exits = std::getenv("CROSSMOD_PROFILE_TAILCALL_EXITS") == nullptr;
+    g_defer_exits = tailcall_guard();
     const cp::Status s = cp::attach_tracepoints(g_cfg.trace, g_cfg.trace_object, &made, &refused);
     if (g_defer_exits) {
       g_defer_exits = false;
