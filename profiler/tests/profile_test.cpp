@@ -205,6 +205,21 @@ TEST(ProfileTailCalls, GuardKeepsTailCallersExitsOff) {
   EXPECT_EQ((*leaf)["calls_observed"].get<unsigned long>(), t.at("leaf_a"));
 }
 
+// Inlined cyg copies: `hot` has one entry probe per inlined copy. Once the function is
+// switched off, every copy's probe must go off (before the fix only the last-found one did,
+// and the other copy kept sampling every call: ~30 M samples here instead of a few hundred).
+// 60 M calls in ~0.2 s; the bound holds for any epoch count below 30,000.
+TEST(ProfileInlinedCopies, AllCopiesSwitchOff) {
+  const Outcome r = crossmod("inline", std::string("--quiet --policy paper -- ") + PROF_INLINE_CYG + " 30000000");
+  ASSERT_EQ(r.status, 0) << r.err;
+  const auto t = truth(r.out);
+  const json j = report(r);
+  const json* hot = function(j, "(anonymous namespace)::hot(unsigned int)");
+  ASSERT_NE(hot, nullptr);
+  EXPECT_LE((*hot)["calls_observed"].get<unsigned long>(), t.at("hot"));
+  EXPECT_LT((*hot)["samples"].get<unsigned long>(), t.at("hot") / 200) << "a copy's probe stayed on";
+}
+
 // fork without exec: the child's calls land in the parent's (shared) segment; under `full`
 // the report's count is exactly both processes' calls.
 TEST(ProfileFork, ChildCountsAddUp) {
