@@ -199,7 +199,11 @@ void run_profile(const ProfileOptions& o) {
   std::string preload = std::string(prof::probes_library()) + ":" + prof::profile_library();
   for (char** e = environ; *e != nullptr; ++e) {
     std::string kv = *e;
-    if (kv.rfind("CROSSMOD_PROFILE_", 0) == 0) continue;
+    // The launcher sets every CROSSMOD_PROFILE_* itself; only the opt-in switches
+    // (profiler/README.md, Environment) pass through.
+    if (kv.rfind("CROSSMOD_PROFILE_", 0) == 0 && kv.rfind("CROSSMOD_PROFILE_TAILCALL_GUARD=", 0) != 0 &&
+        kv.rfind("CROSSMOD_PROFILE_TRACE_TRAPS=", 0) != 0)
+      continue;
     if (kv.rfind("LD_PRELOAD=", 0) == 0) {
       if (kv.size() > 11) preload += ":" + kv.substr(11);
       continue;

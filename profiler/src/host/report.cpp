@@ -133,7 +133,7 @@ ProfileData read_segments(const std::string& raw_dir, const RunInfo& run) {
     if (h.no_exit_funcs > 0)
       d.notes.push_back(fmt::format(
           "segment {}: {} patchable functions may tail-call; their exit probes stay off (calls, no latency): "
-          "the probes layer aborts on tail calls between exit-probed functions", h.segment, h.no_exit_funcs));
+          "CROSSMOD_PROFILE_TAILCALL_GUARD is set", h.segment, h.no_exit_funcs));
     if (h.toggle_failures > 0)
       d.notes.push_back(fmt::format("segment {}: {} probe toggles failed (last status: {})", h.segment,
                                     h.toggle_failures, status_name(h.last_failure)));

@@ -1,0 +1,62 @@
+#!/bin/sh
+# Smoke: `crossmod profile --trace` (tracepoint provider, code nobody rebuilt) on Debian's
+# sqlite3 and python3 under --policy full: the program's stdout is exactly a plain run's,
+# its exit status is kept, every sqlite3_* / Py* function the report lists with calls has
+# them from a real tracepoint, and the hot ones have latency samples (exit probes on).
+# Exit 77 (skip) when /usr/bin/sqlite3 or /usr/bin/python3 is missing.
+#   trace_smoke.sh CROSSMOD SOURCE_DIR OUTDIR
+set -eu
+crossmod=$1 src=$2 out=$3
+sqlite=/usr/bin/sqlite3 python=/usr/bin/python3
+if [ ! -x "$sqlite" ] || [ ! -x "$python" ]; then
+  echo "skip: $sqlite or $python missing"
+  exit 77
+fi
+rm -rf "$out"
+mkdir -p "$out"
+sql=$src/profiler/workloads/sqlite3_workload.sql
+py=$src/profiler/workloads/python_cpu.py
+
+# Checks profile.json: provider tracepoint everywhere, functions matching PREFIX with
+# calls > 0 (at least MIN of them), each with samples == calls (full: every exit fires).
+check() {  # check JSON PREFIX MIN
+  "$python" - "$1" "$2" "$3" <<'PY'
+import json, sys
+path, prefix, least = sys.argv[1], sys.argv[2], int(sys.argv[3])
+j = json.load(open(path))
+assert j["exit"]["kind"] == "exit", j["exit"]
+fs = [f for f in j["functions"] if f["calls_observed"] > 0]
+assert all(f["provider"] == "tracepoint" for f in j["functions"]), "non-tracepoint function"
+hit = [f for f in fs if f["name"].startswith(prefix)]
+assert len(hit) >= least, f"{len(hit)} {prefix}* functions with calls, want >= {least}"
+assert len(hit) == len(fs), "a called function outside the pattern"
+for f in hit:
+    if f["exit_probe"]:
+        # Under full every entry has its exit, except calls still running at exit.
+        assert f["calls_observed"] - f["samples"] <= 2, (f["name"], f["calls_observed"], f["samples"])
+assert any(f["samples"] > 1000 and f["p50_ticks"] > 0 for f in hit), "no hot function with latencies"
+print(f"{path}: {len(hit)} {prefix}* functions called, "
+      f"top {max(hit, key=lambda f: f['calls_observed'])['name']}")
+PY
+}
+
+# sqlite3: output identical to a plain run, status 0, report with sqlite3_* functions.
+"$sqlite" :memory: <"$sql" >"$out/sqlite-plain.txt"
+"$crossmod" profile --quiet --policy full --trace 'sqlite3_*' --out "$out/sqlite" -- \
+  "$sqlite" :memory: <"$sql" >"$out/sqlite-prof.txt"
+cmp "$out/sqlite-plain.txt" "$out/sqlite-prof.txt"
+check "$out/sqlite/profile.json" sqlite3_ 10
+
+# The exit status is kept (sqlite3 exits 1 on an SQL error).
+rc=0
+"$crossmod" profile --quiet --policy full --trace 'sqlite3_*' --out "$out/sqlite-err" -- \
+  "$sqlite" :memory: 'select nosuch();' >/dev/null 2>&1 || rc=$?
+[ "$rc" -eq 1 ]
+
+# python3: the same with Py*, scale 3 (small).
+"$python" "$py" 3 >"$out/python-plain.txt"
+"$crossmod" profile --quiet --policy full --trace 'Py*' --out "$out/python" -- \
+  "$python" "$py" 3 >"$out/python-prof.txt"
+cmp "$out/python-plain.txt" "$out/python-prof.txt"
+check "$out/python/profile.json" Py 10
+echo ok
