@@ -26,6 +26,9 @@
 #include <vector>
 
 #include "commands/commands.hpp"
+#include "crossmod/machine.hpp"
+#include "crossmod/x86.hpp"
+#include "results/results_io.hpp"
 #include "crossmod/profile_report.hpp"
 
 extern char** environ;
@@ -58,11 +61,6 @@ extern "C" void forward_signal(int sig) {
   errno = saved;
 }
 
-inline std::uint64_t rdtsc() {
-  std::uint32_t lo, hi;
-  asm volatile("rdtsc" : "=a"(lo), "=d"(hi));
-  return (std::uint64_t{hi} << 32) | lo;
-}
 double now_s() {
   timespec t{};
   clock_gettime(CLOCK_MONOTONIC, &t);
@@ -116,27 +114,6 @@ std::string find_program(const std::string& name) {
     start = colon + 1;
   }
   return {};
-}
-
-std::string utc_stamp() {
-  const std::time_t t = std::time(nullptr);
-  std::tm tm{};
-  gmtime_r(&t, &tm);
-  char buf[32];
-  std::strftime(buf, sizeof buf, "%Y%m%dT%H%M%SZ", &tm);
-  return buf;
-}
-
-// TSC frequency over a short sleep, for the runtime's budget arithmetic before the run
-// (the report uses the frequency measured over the whole run when that is longer).
-double measure_tsc_hz() {
-  const double a = now_s();
-  const std::uint64_t t0 = rdtsc();
-  timespec sl{0, 20'000'000};
-  nanosleep(&sl, nullptr);
-  const std::uint64_t t1 = rdtsc();
-  const double b = now_s();
-  return static_cast<double>(t1 - t0) / (b - a);
 }
 
 void write_file(const fs::path& p, const std::string& text) {
@@ -194,7 +171,7 @@ void run_profile(const ProfileOptions& o) {
   // 2. Launch.
   fs::create_directories(raw, ec);
   if (ec) throw UsageError(fmt::format("profile: cannot create {}: {}", raw.string(), ec.message()));
-  const double hz0 = measure_tsc_hz();
+  const double hz0 = tsc_info().hz;  // the runtime's budget arithmetic before the run
   std::vector<std::string> env;
   std::string preload = std::string(prof::probes_library()) + ":" + prof::profile_library();
   for (char** e = environ; *e != nullptr; ++e) {
@@ -256,7 +233,7 @@ void run_profile(const ProfileOptions& o) {
   rusage ru0{}, ru1{};
   getrusage(RUSAGE_CHILDREN, &ru0);
   const double w0 = now_s();
-  run.start_tsc = rdtsc();
+  run.start_tsc = x86::rdtsc();
   pid_t pid = -1;
   const int rc = posix_spawn(&pid, program.c_str(), nullptr, &attr, argv.data(), envp.data());
   posix_spawnattr_destroy(&attr);
@@ -267,7 +244,7 @@ void run_profile(const ProfileOptions& o) {
     }
     g_child = 0;
   }
-  run.end_tsc = rdtsc();
+  run.end_tsc = x86::rdtsc();
   const double w1 = now_s();
   getrusage(RUSAGE_CHILDREN, &ru1);
   sigaction(SIGINT, &old_int, nullptr);
