@@ -142,20 +142,10 @@ void run_calibrate(const CalibrateArgs& a) {
   const std::string tmax_path = a.tmax_out.empty() ? "configs/tmax/" + slug + ".toml" : a.tmax_out;
   check_writable_dir(out_dir, "output directory");
   check_writable_file(tmax_path, "Tmax config");
-  std::optional<std::string> resume_csv;
-  std::vector<ResultRow> resumed_rows;
-  if (a.resume) {
-    resume_csv = find_resumable(out_dir, "calibrate", cfg.config_key());
-    if (!resume_csv) {
-      fmt::print(stderr, "calibrate: nothing to resume in {} for this preset; starting afresh\n", out_dir);
-    } else {
-      try {
-        resumed_rows = read_results_csv(*resume_csv);
-      } catch (const std::exception& e) {
-        throw UsageError(fmt::format("cannot resume: {}", e.what()));
-      }
-    }
-  }
+  Resumed resumed;
+  if (a.resume) resumed = find_resume(out_dir, "calibrate", cfg.config_key(), "for this preset");
+  const std::optional<std::string>& resume_csv = resumed.csv;
+  const std::vector<ResultRow>& resumed_rows = resumed.rows;
   const double tsc_hz = tsc_info().hz;
   if (!(tsc_hz > 0)) throw std::runtime_error("TSC frequency unknown");
 

@@ -89,20 +89,10 @@ void run_soak(const SoakArgs& a) {
   }
   if (sentinel >= w) throw UsageError(fmt::format("--sentinel {} must be below the soaked wait {}", sentinel, w));
   cfg.waits = {sentinel, w};
-  std::optional<std::string> resume_csv;
-  std::vector<ResultRow> resumed_rows;
-  if (a.resume) {
-    resume_csv = find_resumable(out_dir, "soak", cfg.config_key());
-    if (!resume_csv) {
-      fmt::print(stderr, "soak: nothing to resume in {} for W={} S={}; starting afresh\n", out_dir, w, a.straddles);
-    } else {
-      try {
-        resumed_rows = read_results_csv(*resume_csv);
-      } catch (const std::exception& e) {
-        throw UsageError(fmt::format("cannot resume: {}", e.what()));
-      }
-    }
-  }
+  Resumed resumed;
+  if (a.resume) resumed = find_resume(out_dir, "soak", cfg.config_key(), fmt::format("for W={} S={}", w, a.straddles));
+  const std::optional<std::string>& resume_csv = resumed.csv;
+  const std::vector<ResultRow>& resumed_rows = resumed.rows;
   const double tsc_hz = tsc_info().hz;
 
   // 2. Files.

@@ -44,21 +44,10 @@ void run_sweep(const SweepArgs& a) {
   check_writable_dir(a.out, "output directory");
   const std::vector<CellSpec> cells = cfg.expand(Phase::grid);
 
-  std::optional<std::string> resume_csv;
-  if (a.resume) {
-    resume_csv = find_resumable(a.out, "sweep", cfg.config_key());
-    if (!resume_csv) {
-      fmt::print(stderr, "sweep: nothing to resume in {} for this config; starting a new file\n", a.out);
-    }
-  }
-  std::vector<ResultRow> resumed_rows;
-  if (resume_csv) {
-    try {
-      resumed_rows = read_results_csv(*resume_csv);
-    } catch (const std::exception& e) {
-      throw UsageError(fmt::format("cannot resume: {}", e.what()));
-    }
-  }
+  Resumed resumed;
+  if (a.resume) resumed = find_resume(a.out, "sweep", cfg.config_key(), "for this config");
+  const std::optional<std::string>& resume_csv = resumed.csv;
+  const std::vector<ResultRow>& resumed_rows = resumed.rows;
 
   // 2. Files.
   make_dirs(a.out);

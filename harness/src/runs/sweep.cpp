@@ -114,6 +114,22 @@ std::string format_duration(double s) {
   return fmt::format("{}s", t);
 }
 
+Resumed find_resume(const std::string& dir, const std::string& kind, const std::string& config_key,
+                    const std::string& for_what) {
+  Resumed r;
+  r.csv = find_resumable(dir, kind, config_key);
+  if (!r.csv) {
+    fmt::print(stderr, "{}: nothing to resume in {} {}; starting afresh\n", kind, dir, for_what);
+    return r;
+  }
+  try {
+    r.rows = read_results_csv(*r.csv);
+  } catch (const std::exception& e) {
+    throw UsageError(fmt::format("cannot resume: {}", e.what()));
+  }
+  return r;
+}
+
 double parse_duration(const std::string& text, const std::string& what) {
   auto bad = [&] {
     return UsageError(fmt::format("{}: '{}' is not a duration (e.g. 2h, 90m, 45s, 1h30m)", what, text));

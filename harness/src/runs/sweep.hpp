@@ -34,6 +34,17 @@ std::string format_duration(double seconds);
 // The inverse, for flags: "2h", "90m", "45s", "1h30m", "1.5h" or plain seconds ("600").
 // Throws UsageError naming `what` for anything else or a duration <= 0.
 double parse_duration(const std::string& text, const std::string& what);
+
+// --resume for a command whose rows are a results CSV of run kind `kind` in `dir`: the
+// newest file with this config key and its rows, or, when there is none, a line on stderr
+// ("<kind>: nothing to resume in DIR <for_what>; starting afresh") and nothing. A file that
+// does not read is a UsageError ("cannot resume: ...").
+struct Resumed {
+  std::optional<std::string> csv;
+  std::vector<ResultRow> rows;
+};
+Resumed find_resume(const std::string& dir, const std::string& kind, const std::string& config_key,
+                    const std::string& for_what);
 // "wordpatch W=400 S=2 N=1 spread rep0" (aligned: "aligned off=11 ...").
 std::string describe_cell(const CellSpec& spec);
 
