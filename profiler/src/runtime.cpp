@@ -13,6 +13,7 @@
 #include <link.h>
 #include <fnmatch.h>
 #include <pthread.h>
+#include <linux/perf_event.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -107,17 +108,49 @@ std::uint64_t g_thread_cap = 0;
 std::atomic<std::uint64_t> g_process_cap{0};
 std::atomic<bool> g_stopping{false};
 
-cp::ProbeId g_calib_entry = cp::kNoProbe, g_calib_exit = cp::kNoProbe;
+cp::ProbeId g_calib_entry = cp::kNoProbe, g_calib_exit = cp::kNoProbe;          // patchable
+cp::ProbeId g_calib_cyg_entry = cp::kNoProbe, g_calib_cyg_exit = cp::kNoProbe;  // cyg
+// While calibrate_self runs, the calibration site's probes map to this record (g_slot value
+// kCalibSlot), so it is timed by the real on_entry / on_exit.
+constexpr std::uint32_t kCalibSlot = UINT32_MAX;
+FuncRecord g_calib_rec{};
+// Header::self_ticks, read on every sample: subtracted from the compensated duration.
+std::uint64_t g_self[4] = {};
 
 // While the constructor replays the probes found before main, patchable exit probes are
 // held back here (slot, probe id) until every patchable function is known: see tail_calls.
 bool g_defer_exits = false;
 std::vector<std::pair<std::uint32_t, cp::ProbeId>>* g_pending_exits = nullptr;
 
+// The sampled calls a thread has in flight: on_entry pushes one, on_exit finds it by the
+// entry TSC the probes layer hands back (unique per thread). Frames above the match are
+// calls left by longjmp or an exception; they are dropped. A frame holds what the thread
+// had accounted as instrumentation time at the entry (compensation: the exit takes off what
+// was accounted in between) and its context-switch sequence (see switch_seq).
+struct Frame {
+  std::uint64_t tsc;
+  std::uint64_t instr;
+  std::uint64_t seq;
+};
+constexpr std::uint32_t kFrames = 64;
+constexpr std::uint64_t kSeqUnknown = ~std::uint64_t{0};
+Frame* g_frames = nullptr;  // max_threads x kFrames, mapped at start
+// Per thread (index of its ThreadRecord): the mmap page of a perf software counter bound
+// to the thread. The kernel rewrites the page, under its sequence word `lock`, every time
+// the thread is scheduled in, so a changed `lock` between a call's entry and exit means the
+// thread left the CPU in between (checked here: one change per context switch, as many as
+// getrusage's ru_nvcsw + ru_nivcsw). The daemon opens them (no syscall on a probe path);
+// a thread has none for its first epoch.
+std::atomic<const std::uint32_t*>* g_seq_pages = nullptr;
+
 struct Tls {
   ThreadRecord* rec;
   std::uint64_t period;
   std::uint64_t spent;
+  Frame* frames;  // nullptr beyond max_threads: samples go uncompensated
+  const std::uint32_t* seq_page;
+  std::uint32_t index;
+  std::uint32_t depth;
   bool registered;
 };
 ThreadRecord g_spare_thread{};  // shared by threads beyond max_threads
@@ -130,13 +163,26 @@ Tls& tls() noexcept {
     const std::uint64_t i = A(g_hdr->nthreads).fetch_add(1, std::memory_order_relaxed);
     if (i < g_cfg.max_threads) {
       t.rec = &g_threads[i];
-      A(t.rec->tid).store(static_cast<std::uint64_t>(syscall(SYS_gettid)), std::memory_order_relaxed);
+      t.index = static_cast<std::uint32_t>(i);
+      t.frames = g_frames != nullptr ? g_frames + i * kFrames : nullptr;
+      A(t.rec->tid).store(static_cast<std::uint64_t>(syscall(SYS_gettid)), std::memory_order_release);
     } else {
       add(g_hdr->dropped_threads, 1);
       t.rec = &g_spare_thread;
+      t.index = UINT32_MAX;
     }
   }
   return t;
+}
+
+// The thread's context-switch sequence, kSeqUnknown while the daemon has not given it a page.
+inline std::uint64_t switch_seq(Tls& t) noexcept {
+  if (t.seq_page == nullptr) [[unlikely]] {
+    if (t.index == UINT32_MAX || g_seq_pages == nullptr) return kSeqUnknown;
+    t.seq_page = g_seq_pages[t.index].load(std::memory_order_acquire);
+    if (t.seq_page == nullptr) return kSeqUnknown;
+  }
+  return __atomic_load_n(t.seq_page, __ATOMIC_ACQUIRE);
 }
 
 void check(cp::Status s) noexcept {
@@ -256,13 +302,15 @@ inline bool stray(FuncRecord& f, cp::ProbeId id, bool entry) noexcept {
   return true;
 }
 
-void on_entry(cp::ProbeId id, std::uint64_t) noexcept {
+void on_entry(cp::ProbeId id, std::uint64_t tsc) noexcept {
   const std::uint64_t t0 = rdtsc();
   const std::uint32_t s = g_slot[id].load(std::memory_order_relaxed);
   if (s == 0) return;
-  FuncRecord& f = g_funcs[s - 1];
+  FuncRecord& f = s == kCalibSlot ? g_calib_rec : g_funcs[s - 1];
   if (stray(f, id, true)) [[unlikely]] return;
   Tls& t = tls();
+  if (t.frames != nullptr && t.depth < kFrames && (f.flags & kFuncNoExit) == 0)
+    t.frames[t.depth++] = {tsc, A(t.rec->instr_ticks).load(std::memory_order_relaxed), switch_seq(t)};
   add(f.calls, 1);
   std::uint64_t none = 0;
   if (A(f.window_first).load(std::memory_order_relaxed) != 0 ||
@@ -276,17 +324,39 @@ void on_exit(cp::ProbeId id, std::uint64_t tsc) noexcept {
   const std::uint64_t t0 = rdtsc();
   const std::uint32_t s = g_slot[id].load(std::memory_order_relaxed);
   if (s == 0) return;
-  FuncRecord& f = g_funcs[s - 1];
+  FuncRecord& f = s == kCalibSlot ? g_calib_rec : g_funcs[s - 1];
   if (stray(f, id, false)) [[unlikely]] return;
   Tls& t = tls();
+  const std::uint64_t instr_now = A(t.rec->instr_ticks).load(std::memory_order_relaxed);
+  const Frame* fr = nullptr;
+  if (tsc != 0 && t.frames != nullptr) {
+    while (t.depth > 0 && t.frames[t.depth - 1].tsc > tsc) --t.depth;
+    if (t.depth > 0 && t.frames[t.depth - 1].tsc == tsc) fr = &t.frames[--t.depth];
+  }
   // An entry TSC from before this window's activation is not this window's call: the cyg
   // shadow stack can hand back a frame whose exit ran while the exit probe was off.
   if (tsc != 0 && tsc < A(f.armed_tsc).load(std::memory_order_relaxed)) [[unlikely]] {
     add(g_hdr->stale_exits, 1);
   } else if (tsc != 0 && t0 > tsc) {
-    const std::uint64_t d = t0 - tsc;
+    const std::uint64_t raw = t0 - tsc;
+    std::uint64_t d = raw;
+    if (fr != nullptr) {
+      const std::uint64_t inside = instr_now - fr->instr + g_self[f.provider & 3];
+      d = raw > inside ? raw - inside : 0;
+    } else {
+      add(f.uncompensated, 1);
+    }
+    const std::uint64_t seq = fr != nullptr ? switch_seq(t) : kSeqUnknown;
+    if (seq == kSeqUnknown || fr->seq == kSeqUnknown) {
+      add(f.unk_samples, 1);
+      add(f.unk_sum_ticks, d);
+    } else if (seq != fr->seq) {
+      add(f.sw_samples, 1);
+      add(f.sw_sum_ticks, d);
+    }
     add(f.samples, 1);
     add(f.sum_ticks, d);
+    add(f.raw_sum_ticks, raw);
     add(f.hist[hist_bucket(d)], 1);
     add(t.rec->samples, 1);
     add(t.rec->sum_ticks, d);
@@ -382,6 +452,11 @@ bool in_focus(const cp::ProbeInfo& p) noexcept {
 void on_found(const cp::ProbeInfo& p, void*) {
   if (p.function == reinterpret_cast<std::uintptr_t>(&crossmod_profile_calib_target)) {
     (p.kind == cp::Kind::entry ? g_calib_entry : g_calib_exit) = p.id;
+    if (p.active) (void)cp::deactivate(p.id);
+    return;
+  }
+  if (p.function == reinterpret_cast<std::uintptr_t>(&crossmod_profile_calib_target_cyg)) {
+    (p.kind == cp::Kind::entry ? g_calib_cyg_entry : g_calib_cyg_exit) = p.id;
     if (p.active) (void)cp::deactivate(p.id);
     return;
   }
@@ -485,28 +560,82 @@ void calibrate() noexcept {
   }
 }
 
+// Compensation's remainder: what a call of an empty function (a volatile increment, a few
+// ticks) measures through on_entry / on_exit after its instrumentation time is taken off:
+// the parts of the two hits the accounting does not see (the layer's work before
+// on_entry's first rdtsc, and after the function returns, before on_exit's), so that an
+// empty function measures ~0. Minimum over rounds of each round's mean (interrupts only
+// add). Runs in
+// the constructor, before the daemon and any thread of the program; the policy is `full`
+// meanwhile so that no sample quota or budget switches the site off, and the thread's
+// counters are put back so the calibration is not charged to the program.
+void calibrate_self(cp::ProbeId entry, cp::ProbeId exit, void (*target)(volatile unsigned*),
+                    cp::Provider provider) noexcept {
+  if (entry == cp::kNoProbe || exit == cp::kNoProbe) return;
+  constexpr int kCalls = 2000, kRounds = 7;
+  Tls& t = tls();
+  const ThreadRecord saved = *t.rec;
+  const Policy policy = g_cfg.policy;
+  g_cfg.policy = Policy::full;
+  g_calib_rec = FuncRecord{};
+  g_calib_rec.provider = static_cast<std::uint32_t>(provider);
+  g_calib_rec.entry_probe = entry;
+  g_calib_rec.exit_probe = exit;
+  g_slot[entry].store(kCalibSlot, std::memory_order_release);
+  g_slot[exit].store(kCalibSlot, std::memory_order_release);
+  volatile unsigned counter = 0;
+  double best_on = 1e300;
+  for (int r = 0; r < kRounds; ++r) {
+    if (cp::activate(exit, on_exit) != cp::Status::ok || cp::activate(entry, on_entry) != cp::Status::ok) break;
+    const std::uint64_t n0 = g_calib_rec.samples, s0 = g_calib_rec.sum_ticks;
+    for (int i = 0; i < kCalls; ++i) target(&counter);
+    (void)cp::deactivate(entry);
+    (void)cp::deactivate(exit);
+    if (g_calib_rec.samples > n0)
+      best_on = std::min(best_on, static_cast<double>(g_calib_rec.sum_ticks - s0) /
+                                      static_cast<double>(g_calib_rec.samples - n0));
+  }
+  g_slot[entry].store(0, std::memory_order_release);
+  g_slot[exit].store(0, std::memory_order_release);
+  g_cfg.policy = policy;
+  *t.rec = saved;
+  t.depth = 0;
+  if (best_on < 1e300)
+    g_hdr->self_ticks[static_cast<unsigned>(provider) & 3] = g_self[static_cast<unsigned>(provider) & 3] =
+        static_cast<std::uint64_t>(best_on);
+}
+
 // Batch means over epochs: the samples a function took since the last fold form one batch.
+void fold(Batches& b, std::uint64_t n, std::uint64_t s) noexcept {
+  if (n <= b.folded_n || s < b.folded_sum) return;
+  const double bn = static_cast<double>(n - b.folded_n), bs = static_cast<double>(s - b.folded_sum);
+  b.sum_s2 += bs * bs;
+  b.sum_sn += bs * bn;
+  b.sum_n2 += bn * bn;
+  A(b.batches).fetch_add(1, std::memory_order_relaxed);
+  A(b.folded_n).store(n, std::memory_order_relaxed);
+  A(b.folded_sum).store(s, std::memory_order_relaxed);
+}
+// The counters are read one by one while threads add to them: a batch can be off by the
+// samples that landed in between; the next fold takes them.
 void fold(FuncRecord& f) noexcept {
-  const std::uint64_t n = A(f.samples).load(std::memory_order_relaxed);
-  const std::uint64_t s = A(f.sum_ticks).load(std::memory_order_relaxed);
-  if (n <= f.folded_n || s < f.folded_sum) return;
-  const double bn = static_cast<double>(n - f.folded_n), bs = static_cast<double>(s - f.folded_sum);
-  f.bsum_s2 += bs * bs;
-  f.bsum_sn += bs * bn;
-  f.bsum_n2 += bn * bn;
-  A(f.batches).fetch_add(1, std::memory_order_relaxed);
-  A(f.folded_n).store(n, std::memory_order_relaxed);
-  A(f.folded_sum).store(s, std::memory_order_relaxed);
+  const auto ld = [](std::uint64_t& v) { return A(v).load(std::memory_order_relaxed); };
+  const std::uint64_t n = ld(f.samples), s = ld(f.sum_ticks);
+  fold(f.all, n, s);
+  const std::uint64_t off_n = ld(f.sw_samples) + ld(f.unk_samples);
+  const std::uint64_t off_s = ld(f.sw_sum_ticks) + ld(f.unk_sum_ticks);
+  if (n >= off_n && s >= off_s) fold(f.oncpu, n - off_n, s - off_s);
 }
 
 // Relative half-width of the mean's ~95% interval (ratio estimator over batches; a normal
 // quantile is enough for a stopping rule; the launcher reports the t interval).
 bool narrow_enough(const FuncRecord& f) noexcept {
-  const std::uint64_t b = f.batches;
-  if (b < 5 || f.folded_n < 30 || f.folded_sum == 0) return false;
-  const double n = static_cast<double>(f.folded_n), m = static_cast<double>(f.folded_sum) / n;
+  const Batches& a = f.all;
+  const std::uint64_t b = a.batches;
+  if (b < 5 || a.folded_n < 30 || a.folded_sum == 0) return false;
+  const double n = static_cast<double>(a.folded_n), m = static_cast<double>(a.folded_sum) / n;
   const double nbar = n / static_cast<double>(b);
-  const double ss = f.bsum_s2 - 2 * m * f.bsum_sn + m * m * f.bsum_n2;
+  const double ss = a.sum_s2 - 2 * m * a.sum_sn + m * m * a.sum_n2;
   if (ss < 0) return false;
   const double var = ss / (static_cast<double>(b) * static_cast<double>(b - 1) * nbar * nbar);
   return 1.96 * std::sqrt(var) / m < g_cfg.ci;
@@ -514,6 +643,48 @@ bool narrow_enough(const FuncRecord& f) noexcept {
 
 std::uint64_t ns_to_ticks(std::uint64_t ns) {
   return static_cast<std::uint64_t>(static_cast<double>(ns) * g_cfg.tsc_hz / 1e9);
+}
+
+// Gives every registered thread its perf page (g_seq_pages). Called by the daemon only.
+// The fd is closed at once: the mapping keeps the counter alive, and the program's fd
+// table stays as it was. The first failure other than "that thread is gone" ends the
+// attempt for the run (kFlagSwitchDetect stays clear, switch_errno says why).
+void attach_switch_pages() noexcept {
+  static std::uint64_t next = 0;
+  static bool failed = false;
+  if (failed || g_seq_pages == nullptr) return;
+  const std::uint64_t nt = std::min<std::uint64_t>(A(g_hdr->nthreads).load(std::memory_order_relaxed),
+                                                   g_cfg.max_threads);
+  for (; next < nt; ++next) {
+    const std::uint64_t tid = A(g_threads[next].tid).load(std::memory_order_acquire);
+    if (tid == 0) return;  // registered, tid not stored yet: next tick
+    perf_event_attr a{};
+    a.size = sizeof a;
+    a.type = PERF_TYPE_SOFTWARE;
+    a.config = PERF_COUNT_SW_TASK_CLOCK;
+    a.exclude_kernel = 1;
+    a.exclude_hv = 1;
+    const long fd = syscall(SYS_perf_event_open, &a, static_cast<pid_t>(tid), -1, -1, PERF_FLAG_FD_CLOEXEC);
+    if (fd < 0) {
+      if (errno == ESRCH) continue;
+      A(g_hdr->switch_errno).store(static_cast<std::uint64_t>(errno), std::memory_order_relaxed);
+      A(g_hdr->flags).fetch_and(~kFlagSwitchDetect, std::memory_order_relaxed);
+      failed = true;
+      return;
+    }
+    void* p = mmap(nullptr, static_cast<std::size_t>(sysconf(_SC_PAGESIZE)), PROT_READ, MAP_SHARED,
+                   static_cast<int>(fd), 0);
+    const int err = errno;
+    close(static_cast<int>(fd));
+    if (p == MAP_FAILED) {
+      A(g_hdr->switch_errno).store(static_cast<std::uint64_t>(err), std::memory_order_relaxed);
+      A(g_hdr->flags).fetch_and(~kFlagSwitchDetect, std::memory_order_relaxed);
+      failed = true;
+      return;
+    }
+    A(g_hdr->flags).fetch_or(kFlagSwitchDetect, std::memory_order_relaxed);
+    g_seq_pages[next].store(&static_cast<const perf_event_mmap_page*>(p)->lock, std::memory_order_release);
+  }
 }
 
 void* daemon_main(void*) {
@@ -539,6 +710,7 @@ void* daemon_main(void*) {
     while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &next, nullptr) == EINTR) {
     }
     if (g_stopping.load(std::memory_order_relaxed)) break;
+    attach_switch_pages();
     // Woken late by more than a tick (a loaded machine): drop the missed ticks instead of
     // running them back to back, which would make periods of no length and reset budgets.
     timespec now_ts{};
@@ -780,6 +952,11 @@ __attribute__((constructor(200))) void profile_init() {
   const long cpus = sysconf(_SC_NPROCESSORS_ONLN);
   g_process_cap.store(g_thread_cap * static_cast<std::uint64_t>(cpus > 0 ? cpus : 1));
   g_by_function = new std::unordered_map<std::uintptr_t, std::uint32_t>();
+  g_seq_pages = new std::atomic<const std::uint32_t*>[g_cfg.max_threads]();
+  if (void* fr = mmap(nullptr, sizeof(Frame) * kFrames * g_cfg.max_threads, PROT_READ | PROT_WRITE,
+                      MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+      fr != MAP_FAILED)
+    g_frames = static_cast<Frame*>(fr);
   (void)cp::scan_loaded_objects();
   g_pending_exits = new std::vector<std::pair<std::uint32_t, cp::ProbeId>>();
   g_defer_exits = tailcall_guard();
@@ -815,6 +992,12 @@ __attribute__((constructor(200))) void profile_init() {
     }
   }
   calibrate();
+  {
+    volatile unsigned c = 0;
+    crossmod_profile_calib_target_cyg(&c);  // the cyg site is found on its first call
+  }
+  calibrate_self(g_calib_entry, g_calib_exit, crossmod_profile_calib_target, cp::Provider::patchable);
+  calibrate_self(g_calib_cyg_entry, g_calib_cyg_exit, crossmod_profile_calib_target_cyg, cp::Provider::cyg);
   std::atexit(at_exit);
   if (g_cfg.policy == Policy::none) return;
   pthread_t th;
@@ -822,7 +1005,7 @@ __attribute__((constructor(200))) void profile_init() {
   pthread_attr_init(&attr);
   pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
   if (pthread_create(&th, &attr, daemon_main, nullptr) == 0) {
-    g_hdr->flags |= kFlagDaemon;
+    A(g_hdr->flags).fetch_or(kFlagDaemon, std::memory_order_relaxed);
     pthread_setname_np(th, "crossmod-prof");
   } else {
     warn("cannot start the daemon thread; probes that switch off stay off");

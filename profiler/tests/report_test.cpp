@@ -23,15 +23,17 @@ TEST(ProfileStats, BatchMeansInterval) {
   f.name = "f";
   f.samples = 40;
   f.sum_ticks = 4000;
+  f.all.n = 40;
+  f.all.sum = 4000;
   f.calls_estimated = 40;
   f.hist.assign(kHistBuckets, 0);
   f.hist[hist_bucket(100)] = 40;
   const double b[3][2] = {{10, 1000}, {10, 1200}, {20, 1800}};
   for (const auto& x : b) {
-    ++f.batches;
-    f.b_s2 += x[1] * x[1];
-    f.b_sn += x[1] * x[0];
-    f.b_n2 += x[0] * x[0];
+    ++f.all.batches;
+    f.all.s2 += x[1] * x[1];
+    f.all.sn += x[1] * x[0];
+    f.all.n2 += x[0] * x[0];
   }
   d.functions.push_back(f);
   RunInfo run;
@@ -60,13 +62,34 @@ TEST(ProfileStats, OneBatchHasNoInterval) {
   FunctionStats f;
   f.samples = 5;
   f.sum_ticks = 50;
-  f.batches = 1;
+  f.all.n = 5;
+  f.all.sum = 50;
+  f.all.batches = 1;
   f.hist.assign(kHistBuckets, 0);
   f.hist[hist_bucket(10)] = 5;
   d.functions.push_back(f);
   finish_stats(&d, RunInfo{});
   EXPECT_FALSE(d.functions[0].has_ci);
   EXPECT_DOUBLE_EQ(d.functions[0].mean, 10.0);
+}
+
+// A segment's record: 2 folded batches (10, 1000) and (10, 1200), then 20 samples summing to
+// 1800 after the last fold, which add() must take as a third batch: the same three batches
+// as BatchMeansInterval, so the same interval.
+TEST(ProfileStats, MeanEstimateTakesTheUnfoldedTailAsABatch) {
+  MeanEstimate e;
+  e.add(40, 4000, 20, 2200, 2, 1000.0 * 1000 + 1200.0 * 1200, 1000.0 * 10 + 1200.0 * 10, 200);
+  e.finish();
+  EXPECT_EQ(e.batches, 3u);
+  EXPECT_DOUBLE_EQ(e.mean, 100.0);
+  const double se = std::sqrt(80000.0 / (3.0 * 2.0 * (40.0 / 3) * (40.0 / 3)));
+  ASSERT_TRUE(e.has_ci);
+  EXPECT_NEAR(e.hi - e.mean, 4.302652729911275 * se, 1e-6);
+  MeanEstimate none;
+  none.add(0, 0, 0, 0, 0, 0, 0, 0);
+  none.finish();
+  EXPECT_FALSE(none.has_ci);
+  EXPECT_EQ(none.n, 0u);
 }
 
 TEST(ProfileStats, HistogramBucketsCoverEveryDuration) {

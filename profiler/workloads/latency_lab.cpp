@@ -159,6 +159,29 @@ double measure_tsc_hz() {
   return static_cast<double>(t1 - t0) / std::chrono::duration<double>(w1 - w0).count();
 }
 
+// What a call costs besides the spin its truth records (call and return, the spin's
+// rdtsc latency, the recording): K calls of lab_leaf_200 timed from the caller, minus the
+// spin ticks those calls recorded, per call; the minimum over rounds (an interrupt or a
+// preemption only adds). Without instrumentation this is the functions' own fixed cost, so
+// a call of lab_leaf_N lasts about mean_unpreempted_ticks + call_overhead_ticks; in a
+// profiled run it also holds whatever probes were on (use an uninstrumented run's value).
+double measure_call_overhead() {
+  Truth scratch;
+  t_truth = &scratch;
+  constexpr int kCalls = 2000, kRounds = 10;
+  double best = 1e300;
+  for (int r = 0; r < kRounds; ++r) {
+    const std::uint64_t s0 = scratch.ticks[kLeaf200];
+    const std::uint64_t t0 = tsc();
+    for (int k = 0; k < kCalls; ++k) lab_leaf_200();
+    const std::uint64_t t1 = tsc();
+    const double per = (static_cast<double>(t1 - t0) - static_cast<double>(scratch.ticks[kLeaf200] - s0)) / kCalls;
+    best = std::min(best, per);
+  }
+  t_truth = nullptr;
+  return best;
+}
+
 std::string json_escape(const std::string& s) {
   std::string out;
   for (char c : s) {
@@ -205,6 +228,7 @@ int main(int argc, char** argv) {
   }
 
   const double tsc_hz = measure_tsc_hz();
+  const double call_overhead = measure_call_overhead();
   const std::uint64_t deadline_ticks = static_cast<std::uint64_t>(seconds * tsc_hz);
   std::vector<Truth> truths(threads);
   std::vector<std::uint64_t> iters_done(threads), accs(threads);
@@ -247,6 +271,7 @@ int main(int argc, char** argv) {
                       "of the measurement\",\n");
     std::fprintf(out, "  \"threads\": %" PRIu64 ",\n  \"iterations\": %" PRIu64 ",\n  \"wall_s\": %.6f,\n  \"tsc_hz\": %.1f,\n",
                  threads, all_iters, wall, tsc_hz);
+    std::fprintf(out, "  \"call_overhead_ticks\": %.1f,\n", call_overhead);
     std::fprintf(out, "  \"functions\": [\n");
     for (unsigned f = 0; f < kFnCount; ++f) {
       const bool timed = f != kTiny;

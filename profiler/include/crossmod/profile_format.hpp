@@ -12,7 +12,7 @@
 namespace crossmod::profile {
 
 inline constexpr char kMagic[8] = {'C', 'M', 'P', 'R', 'O', 'F', '1', '\0'};
-inline constexpr std::uint32_t kVersion = 1;
+inline constexpr std::uint32_t kVersion = 2;  // 2: compensated samples, context-switch split
 // Latency histogram: 4 buckets per power of two ("log2-ish"), up to 2^kHistOctaves ticks.
 inline constexpr unsigned kHistSub = 4;
 inline constexpr unsigned kHistOctaves = 48;
@@ -51,6 +51,10 @@ struct Header {
   std::uint64_t period_ns;
   double ci;
   std::uint64_t calib_ticks;    // fixed cost of one active probe hit (0: not calibrated)
+  // Per provider (crossmod::probes::Provider value): what an empty function's call measures
+  // after compensation, taken off every sample of that provider's functions (0: not
+  // calibrated; tracepoints have no calibration site).
+  std::uint64_t self_ticks[4];
   std::uint64_t start_tsc;
   // Written by the program while it runs (atomic_ref).
   std::uint64_t end_tsc;        // set at a clean exit (atexit), 0 otherwise
@@ -69,19 +73,32 @@ struct Header {
   std::uint64_t capped_hits;    // probe hits whose measured time exceeded kMaxHitTicks
   std::uint64_t toggle_failures;  // activate/deactivate calls that did not return ok
   std::uint64_t last_failure;     // the last such crossmod::probes::Status
-  std::uint64_t stale_exits;
-  std::uint64_t no_exit_funcs;    // patchable functions whose exit probe stays off (tail calls)    // exits whose entry TSC predates the current window
+  std::uint64_t stale_exits;      // exits whose entry TSC predates the current window
+  std::uint64_t no_exit_funcs;    // patchable functions whose exit probe stays off (tail calls)
   std::uint64_t dropped_funcs;  // functions beyond max_funcs (not profiled)
   std::uint64_t dropped_threads;
   std::uint64_t flags;          // kFlag*
+  std::uint64_t switch_errno;   // why context switches are not detected (0: they are)
   char note[256];               // one line from the runtime (e.g. tracepoints unsupported)
 };
 inline constexpr std::uint64_t kFlagDaemon = 1;       // the daemon thread started
 inline constexpr std::uint64_t kFlagCalibrated = 2;
 inline constexpr std::uint64_t kFlagTraceUnsupported = 4;
+inline constexpr std::uint64_t kFlagSwitchDetect = 8;  // threads get a perf page (see runtime.cpp)
 
 // The function's exit probe is left off: it may tail-call (see runtime.cpp, tail_calls).
 inline constexpr std::uint32_t kFuncNoExit = 1;
+
+// Batch means over the daemon's epochs: the samples a function took since the last fold
+// form one batch (n_b, s_b); the sums give the ratio estimator's variance.
+struct Batches {
+  std::uint64_t folded_n;       // samples folded so far
+  std::uint64_t folded_sum;
+  std::uint64_t batches;        // epochs with at least one sample
+  double sum_s2;                // sum over batches of s_b^2
+  double sum_sn;                // s_b * n_b
+  double sum_n2;                // n_b^2
+};
 
 struct FuncRecord {
   std::uint64_t function;       // entry address in this image
@@ -109,13 +126,20 @@ struct FuncRecord {
   std::uint64_t window_first;   // TSC of the current window's first entry hit, 0 if none
   std::uint64_t rate_calls;     // entry hits after the first of each window
   std::uint64_t rate_ticks;     // closed windows, first hit -> switch-off
-  // Batch means over daemon epochs (written by the daemon only).
-  std::uint64_t folded_n;       // samples folded so far
-  std::uint64_t folded_sum;
-  std::uint64_t batches;        // epochs with at least one sample
-  double bsum_s2;               // sum over batches of s_b^2
-  double bsum_sn;               // s_b * n_b
-  double bsum_n2;               // n_b^2
+  // Sampled durations are compensated: the instrumentation time the thread accounted
+  // between the call's entry hit and its exit hit (its own entry hit, every probe hit of
+  // the calls it made) is taken off. raw_sum_ticks keeps the durations as timed.
+  std::uint64_t raw_sum_ticks;
+  std::uint64_t uncompensated;  // samples without their entry frame (stack overflowed): raw
+  // Context switches (the thread's perf page sequence changed between entry and exit):
+  std::uint64_t sw_samples;     // samples during which the thread was switched out
+  std::uint64_t sw_sum_ticks;
+  std::uint64_t unk_samples;    // samples whose thread had no perf page yet (unknown)
+  std::uint64_t unk_sum_ticks;
+  // Batch means over daemon epochs (written by the daemon only): all samples, and the
+  // samples known to have run without a context switch (on CPU).
+  Batches all;
+  Batches oncpu;
   std::uint64_t hist[kHistBuckets];
 };
 

@@ -43,15 +43,29 @@ struct RunInfo {
   std::vector<std::string> notes;
 };
 
+// Batch sums of one mean (see profile_format.hpp, Batches) and the estimate made from them.
+struct MeanEstimate {
+  std::uint64_t n = 0, sum = 0, batches = 0;
+  double s2 = 0, sn = 0, n2 = 0;
+  double mean = 0, lo = 0, hi = 0;
+  bool has_ci = false;
+  // Adds one segment's record: its folded batches plus what came after the last fold.
+  void add(std::uint64_t n_total, std::uint64_t sum_total, std::uint64_t folded_n, std::uint64_t folded_sum,
+           std::uint64_t nbatches, double sum_s2, double sum_sn, double sum_n2);
+  void finish();  // mean and the batch-means t interval (>= 2 batches)
+};
+
 struct FunctionStats {
   std::string name, object, provider;
   std::uint64_t address = 0;
   std::uint64_t calls_observed = 0, samples = 0, sum_ticks = 0, toggles = 0;
+  std::uint64_t raw_sum_ticks = 0, uncompensated = 0;
+  std::uint64_t sw_samples = 0, unk_samples = 0;  // switched out during the call / unknown
   double calls_estimated = 0, active_ticks = 0, run_ticks = 0;
   double mean = 0, ci_lo = 0, ci_hi = 0, p50 = 0, p99 = 0, share = 0;
   bool has_ci = false, converged = false, exit_probe = true;
-  std::uint64_t batches = 0;
-  double b_s2 = 0, b_sn = 0, b_n2 = 0;
+  MeanEstimate all;    // every sample (compensated); mean/ci_* above are its results
+  MeanEstimate oncpu;  // samples known to have run without a context switch
   std::vector<std::uint64_t> hist;
 };
 struct ThreadStats {
@@ -65,11 +79,17 @@ struct ProfileData {
   unsigned segments = 0;
   std::uint64_t probes = 0, toggles = 0, toggle_ticks = 0, instr_ticks = 0, calib_ticks = 0;
   std::uint64_t dropped_funcs = 0, dropped_threads = 0, threads = 0, budget_offs = 0, capped_hits = 0, stale_exits = 0;
+  std::uint64_t self_ticks[4] = {};  // per provider (Header::self_ticks)
+  bool switch_detect = false;        // some segment's threads had perf pages
+  std::uint64_t switch_errno = 0;    // why not, when not
   std::vector<FunctionStats> functions;  // merged over segments by (object, name)
   std::vector<ThreadStats> threads_list;
   std::vector<TimelinePoint> timeline;
   std::vector<std::string> notes;
 };
+
+// "perf" when samples were split by context switches, else "unavailable: <why>".
+std::string switch_detection(const ProfileData& d);
 
 // Reads raw/segment-N.bin of `dir` in order; never fails (problems become notes).
 ProfileData read_segments(const std::string& raw_dir, const RunInfo& run);

@@ -125,11 +125,14 @@ ProfileData read_segments(const std::string& raw_dir, const RunInfo& run) {
     d.toggles += h.toggles;
     d.toggle_ticks += h.toggle_ticks;
     d.calib_ticks = std::max(d.calib_ticks, h.calib_ticks);
+    for (unsigned i = 0; i < 4; ++i) d.self_ticks[i] = std::max(d.self_ticks[i], h.self_ticks[i]);
     d.dropped_funcs += h.dropped_funcs;
     d.dropped_threads += h.dropped_threads;
     d.budget_offs += h.budget_offs;
     d.capped_hits += h.capped_hits;
     d.stale_exits += h.stale_exits;
+    if ((h.flags & kFlagSwitchDetect) != 0) d.switch_detect = true;
+    if (h.switch_errno != 0) d.switch_errno = h.switch_errno;
     if (h.no_exit_funcs > 0)
       d.notes.push_back(fmt::format(
           "segment {}: {} patchable functions may tail-call; their exit probes stay off (calls, no latency): "
@@ -178,6 +181,10 @@ ProfileData read_segments(const std::string& raw_dir, const RunInfo& run) {
       s.calls_observed += f.calls;
       s.samples += f.samples;
       s.sum_ticks += f.sum_ticks;
+      s.raw_sum_ticks += f.raw_sum_ticks;
+      s.uncompensated += f.uncompensated;
+      s.sw_samples += f.sw_samples;
+      s.unk_samples += f.unk_samples;
       s.toggles += f.toggles;
       double active = static_cast<double>(f.active_ticks);
       if (f.on_since != 0 && end > f.on_since) active += static_cast<double>(end - f.on_since);
@@ -194,19 +201,12 @@ ProfileData read_segments(const std::string& raw_dir, const RunInfo& run) {
       s.active_ticks += active;
       s.run_ticks += seg_ticks;
       s.converged = s.converged || f.state == static_cast<std::uint64_t>(FnState::off_converged);
-      // Batches: the daemon's folds plus what came after the last fold.
-      s.batches += f.batches;
-      s.b_s2 += f.bsum_s2;
-      s.b_sn += f.bsum_sn;
-      s.b_n2 += f.bsum_n2;
-      if (f.samples > f.folded_n && f.sum_ticks >= f.folded_sum) {
-        const double bn = static_cast<double>(f.samples - f.folded_n);
-        const double bs = static_cast<double>(f.sum_ticks - f.folded_sum);
-        ++s.batches;
-        s.b_s2 += bs * bs;
-        s.b_sn += bs * bn;
-        s.b_n2 += bn * bn;
-      }
+      s.all.add(f.samples, f.sum_ticks, f.all.folded_n, f.all.folded_sum, f.all.batches, f.all.sum_s2,
+                f.all.sum_sn, f.all.sum_n2);
+      const std::uint64_t off_n = f.sw_samples + f.unk_samples, off_s = f.sw_sum_ticks + f.unk_sum_ticks;
+      if (f.samples >= off_n && f.sum_ticks >= off_s)
+        s.oncpu.add(f.samples - off_n, f.sum_ticks - off_s, f.oncpu.folded_n, f.oncpu.folded_sum,
+                    f.oncpu.batches, f.oncpu.sum_s2, f.oncpu.sum_sn, f.oncpu.sum_n2);
       for (unsigned b = 0; b < kHistBuckets; ++b) s.hist[b] += f.hist[b];
     }
   }
@@ -235,26 +235,53 @@ double percentile(const std::vector<std::uint64_t>& hist, std::uint64_t n, doubl
 }
 }  // namespace
 
+void MeanEstimate::add(std::uint64_t n_total, std::uint64_t sum_total, std::uint64_t folded_n,
+                       std::uint64_t folded_sum, std::uint64_t nbatches, double sum_s2, double sum_sn,
+                       double sum_n2) {
+  n += n_total;
+  sum += sum_total;
+  batches += nbatches;
+  s2 += sum_s2;
+  sn += sum_sn;
+  n2 += sum_n2;
+  if (n_total > folded_n && sum_total >= folded_sum) {
+    const double bn = static_cast<double>(n_total - folded_n);
+    const double bs = static_cast<double>(sum_total - folded_sum);
+    ++batches;
+    s2 += bs * bs;
+    sn += bs * bn;
+    n2 += bn * bn;
+  }
+}
+
+// Batch means (ratio estimator): the epochs are the independent units, not the samples,
+// which come in bursts of up to --samples per epoch. Var(mean) = sum_b (s_b - m n_b)^2 /
+// (B (B-1) nbar^2); t quantile with B-1 degrees of freedom.
+void MeanEstimate::finish() {
+  has_ci = false;
+  if (n == 0) return;
+  mean = static_cast<double>(sum) / static_cast<double>(n);
+  if (batches < 2) return;
+  const double nbar = static_cast<double>(n) / static_cast<double>(batches);
+  const double ss = std::max(0.0, s2 - 2 * mean * sn + mean * mean * n2);
+  const double se = std::sqrt(ss / (static_cast<double>(batches) * static_cast<double>(batches - 1) * nbar * nbar));
+  const boost::math::students_t dist(static_cast<double>(batches - 1));
+  const double tq = boost::math::quantile(dist, 0.975);
+  lo = mean - tq * se;
+  hi = mean + tq * se;
+  has_ci = true;
+}
+
 void finish_stats(ProfileData* d, const RunInfo& run) {
   const double cpu_ticks = (run.user_s + run.sys_s) * run.tsc_hz;
   for (FunctionStats& s : d->functions) {
     if (s.samples == 0) continue;
-    const double n = static_cast<double>(s.samples);
-    s.mean = static_cast<double>(s.sum_ticks) / n;
-    // Batch means (ratio estimator): the epochs are the independent units, not the samples,
-    // which come in bursts of up to --samples per epoch. Var(mean) = sum_b (s_b - m n_b)^2 /
-    // (B (B-1) nbar^2); t quantile with B-1 degrees of freedom.
-    const std::uint64_t b = s.batches;
-    if (b >= 2) {
-      const double nbar = n / static_cast<double>(b);
-      const double ss = std::max(0.0, s.b_s2 - 2 * s.mean * s.b_sn + s.mean * s.mean * s.b_n2);
-      const double se = std::sqrt(ss / (static_cast<double>(b) * static_cast<double>(b - 1) * nbar * nbar));
-      const boost::math::students_t dist(static_cast<double>(b - 1));
-      const double tq = boost::math::quantile(dist, 0.975);
-      s.ci_lo = s.mean - tq * se;
-      s.ci_hi = s.mean + tq * se;
-      s.has_ci = true;
-    }
+    s.all.finish();
+    s.oncpu.finish();
+    s.mean = s.all.mean;
+    s.ci_lo = s.all.lo;
+    s.ci_hi = s.all.hi;
+    s.has_ci = s.all.has_ci;
     s.p50 = percentile(s.hist, s.samples, 0.5);
     s.p99 = percentile(s.hist, s.samples, 0.99);
     if (cpu_ticks > 0) s.share = s.mean * s.calls_estimated / cpu_ticks;
@@ -371,7 +398,8 @@ nlohmann::json report_json(const ProfileData& d, const RunInfo& run, const std::
                {"signal", run.signal ? json(run.signal) : json()},
                {"execs", d.segments > 0 ? d.segments - 1 : 0}};
   j["run"] = {{"wall_s", run.wall_s}, {"cpu_s", cpu_s},     {"user_s", run.user_s},
-              {"sys_s", run.sys_s},   {"tsc_hz", run.tsc_hz}, {"threads", d.threads}};
+              {"sys_s", run.sys_s},   {"tsc_hz", run.tsc_hz}, {"threads", d.threads},
+              {"switch_detection", switch_detection(d)}};
   j["overhead"] = {{"probes", d.probes},
                    {"functions", d.functions.size()},
                    {"toggles", d.toggles},
@@ -383,6 +411,7 @@ nlohmann::json report_json(const ProfileData& d, const RunInfo& run, const std::
                    {"toggle_ticks", d.toggle_ticks},
                    {"toggle_share", cpu_ticks > 0 ? static_cast<double>(d.toggle_ticks) / cpu_ticks : 0.0},
                    {"calib_ticks_per_hit", d.calib_ticks},
+                   {"self_ticks", {{"cyg", d.self_ticks[0]}, {"patchable", d.self_ticks[1]}}},
                    {"budget_offs", d.budget_offs},
                    {"capped_hits", d.capped_hits},
                    {"stale_exits", d.stale_exits}};
@@ -395,7 +424,9 @@ nlohmann::json report_json(const ProfileData& d, const RunInfo& run, const std::
                   {"threads", p.threads}});
   j["timeline"] = tl;
   json fs = json::array();
+  const bool sw = d.switch_detect;
   for (const FunctionStats& s : d.functions) {
+    const bool on = sw && s.oncpu.n > 0;
     fs.push_back({{"name", s.name},
                   {"object", s.object},
                   {"address", fmt::format("{:#x}", s.address)},
@@ -405,10 +436,18 @@ nlohmann::json report_json(const ProfileData& d, const RunInfo& run, const std::
                   {"samples", s.samples},
                   {"mean_ticks", s.samples ? json(s.mean) : json()},
                   {"mean_ci_ticks", s.has_ci ? json::array({s.ci_lo, s.ci_hi}) : json()},
+                  {"raw_mean_ticks",
+                   s.samples ? json(static_cast<double>(s.raw_sum_ticks) / static_cast<double>(s.samples)) : json()},
+                  {"uncompensated_samples", s.uncompensated},
+                  {"switched_samples", sw ? json(s.sw_samples) : json()},
+                  {"unknown_switch_samples", sw ? json(s.unk_samples) : json()},
+                  {"oncpu_samples", sw ? json(s.oncpu.n) : json()},
+                  {"oncpu_mean_ticks", on ? json(s.oncpu.mean) : json()},
+                  {"oncpu_mean_ci_ticks", on && s.oncpu.has_ci ? json::array({s.oncpu.lo, s.oncpu.hi}) : json()},
                   {"p50_ticks", s.samples ? json(s.p50) : json()},
                   {"p99_ticks", s.samples ? json(s.p99) : json()},
                   {"share", s.share},
-                  {"batches", s.batches},
+                  {"batches", s.all.batches},
                   {"active_share", s.run_ticks > 0 ? s.active_ticks / s.run_ticks : 0.0},
                   {"toggles", s.toggles},
                   {"hist", hist_json(s.hist)},
@@ -433,6 +472,12 @@ nlohmann::json report_json(const ProfileData& d, const RunInfo& run, const std::
   return j;
 }
 
+std::string switch_detection(const ProfileData& d) {
+  if (d.switch_detect) return "perf";
+  if (d.switch_errno != 0) return fmt::format("unavailable: perf_event_open: {}", std::strerror(static_cast<int>(d.switch_errno)));
+  return "unavailable: no thread was given a perf page (no daemon, or the run ended first)";
+}
+
 namespace {
 std::string csv_field(const std::string& s) {
   if (s.find_first_of(",\"\n") == std::string::npos) return s;
@@ -448,13 +493,19 @@ std::string csv_field(const std::string& s) {
 std::string report_csv(const ProfileData& d) {
   std::string o =
       "name,object,address,provider,calls_observed,calls_estimated,samples,mean_ticks,mean_ci_lo_ticks,"
-      "mean_ci_hi_ticks,p50_ticks,p99_ticks,share,converged\n";
+      "mean_ci_hi_ticks,p50_ticks,p99_ticks,share,converged,raw_mean_ticks,switched_samples,oncpu_samples,"
+      "oncpu_mean_ticks,oncpu_mean_lo_ticks,oncpu_mean_hi_ticks\n";
   for (const FunctionStats& s : d.functions) {
     auto num = [](bool ok, double v) { return ok ? fmt::format("{:.6g}", v) : std::string(); };
-    o += fmt::format("{},{},{:#x},{},{},{:.6g},{},{},{},{},{},{},{:.6g},{}\n", csv_field(s.name), csv_field(s.object),
-                     s.address, s.provider, s.calls_observed, s.calls_estimated, s.samples, num(s.samples > 0, s.mean),
-                     num(s.has_ci, s.ci_lo), num(s.has_ci, s.ci_hi), num(s.samples > 0, s.p50),
-                     num(s.samples > 0, s.p99), s.share, s.converged ? 1 : 0);
+    auto cnt = [](bool ok, std::uint64_t v) { return ok ? std::to_string(v) : std::string(); };
+    const bool sw = d.switch_detect, on = sw && s.oncpu.n > 0;
+    o += fmt::format("{},{},{:#x},{},{},{:.6g},{},{},{},{},{},{},{:.6g},{},{},{},{},{},{},{}\n", csv_field(s.name),
+                     csv_field(s.object), s.address, s.provider, s.calls_observed, s.calls_estimated, s.samples,
+                     num(s.samples > 0, s.mean), num(s.has_ci, s.ci_lo), num(s.has_ci, s.ci_hi),
+                     num(s.samples > 0, s.p50), num(s.samples > 0, s.p99), s.share, s.converged ? 1 : 0,
+                     num(s.samples > 0, s.samples ? static_cast<double>(s.raw_sum_ticks) / static_cast<double>(s.samples) : 0),
+                     cnt(sw, s.sw_samples), cnt(sw, s.oncpu.n), num(on, s.oncpu.mean),
+                     num(on && s.oncpu.has_ci, s.oncpu.lo), num(on && s.oncpu.has_ci, s.oncpu.hi));
   }
   return o;
 }
