@@ -235,6 +235,46 @@ TEST(ProfileFork, ChildCountsAddUp) {
   }
 }
 
+// Compensation: every inner() hit inside a sampled outer() call is accounted as
+// instrumentation time (at least its calibrated fixed cost plus one tick of the probe
+// function's own rdtsc pair), and taken off outer's duration: per call, raw - compensated
+// >= 2 hits x 20 calls. An empty-ish inner() measures less after compensation than before.
+// Exact relations between counters, no time threshold.
+TEST(ProfileCompensation, NestedHitsComeOff) {
+  const Outcome r = crossmod("nest-full", std::string("--quiet --policy full -- ") + PROF_NEST_CYG);
+  ASSERT_EQ(r.status, 0) << r.err;
+  const json j = report(r);
+  const json* outer = function(j, "(anonymous namespace)::outer(unsigned long)");
+  const json* inner = function(j, "(anonymous namespace)::inner(unsigned long)");
+  ASSERT_NE(outer, nullptr);
+  ASSERT_NE(inner, nullptr);
+  ASSERT_EQ((*outer)["samples"].get<unsigned long>(), 2000u);
+  EXPECT_EQ((*outer)["uncompensated_samples"].get<unsigned long>(), 0u);
+  EXPECT_GE((*outer)["raw_mean_ticks"].get<double>() - (*outer)["mean_ticks"].get<double>(), 40.0);
+  EXPECT_LT((*inner)["mean_ticks"].get<double>(), (*inner)["raw_mean_ticks"].get<double>());
+  EXPECT_GT(j["overhead"]["self_ticks"]["cyg"].get<unsigned long>(), 0u) << "the cyg calibration site was not timed";
+}
+
+// Context switches: napper() sleeps in every call, so each of its samples that the thread's
+// perf page covered is a switched sample, and none is on-CPU. Skipped where the kernel
+// refuses perf_event_open (the report says so).
+TEST(ProfileSwitches, SleepingCallsAreSwitched) {
+  const Outcome r = crossmod("nest-switch", std::string("--quiet --policy full -- ") + PROF_NEST_CYG);
+  ASSERT_EQ(r.status, 0) << r.err;
+  const json j = report(r);
+  const std::string how = j["run"]["switch_detection"];
+  if (how != "perf") GTEST_SKIP() << how;
+  const json* napper = function(j, "(anonymous namespace)::napper()");
+  ASSERT_NE(napper, nullptr);
+  const unsigned long samples = (*napper)["samples"], sw = (*napper)["switched_samples"],
+                      unknown = (*napper)["unknown_switch_samples"];
+  EXPECT_EQ(samples, 60u);
+  EXPECT_EQ(sw + unknown, samples);
+  EXPECT_GT(sw, 0u) << "no thread page in 60 ms";
+  EXPECT_EQ((*napper)["oncpu_samples"].get<unsigned long>(), 0u);
+  EXPECT_TRUE((*napper)["oncpu_mean_ticks"].is_null());
+}
+
 // --trace goes through probes::attach_tracepoints; the report says what it answered in a
 // note and the run succeeds (sqlite3/python3 end to end: trace_smoke.sh).
 TEST(ProfileTrace, OutcomeIsANote) {

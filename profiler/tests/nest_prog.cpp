@@ -1,0 +1,33 @@
+// A program for the profiler's compensation and context-switch tests (profile_test.cpp),
+// built with -finstrument-functions (prof_nest_cyg):
+//   prof_nest_cyg
+// Calls outer() 2,000 times, each calling inner() 20 times (nested probes, whose hits the
+// profiler must take off outer's durations), then napper() 60 times, which sleeps 1 ms
+// (every call leaves the CPU). Prints "outer N", "inner N", "napper N".
+#include <time.h>
+
+#include <cstdio>
+
+#define NOIPA __attribute__((noipa))
+
+namespace {
+volatile unsigned long g_sink;
+NOIPA unsigned long inner(unsigned long x) { return x * 2654435761u + 1; }
+NOIPA unsigned long outer(unsigned long x) {
+  for (int k = 0; k < 20; ++k) x = inner(x);
+  return x;
+}
+NOIPA void napper() {
+  timespec ts{0, 1'000'000};
+  nanosleep(&ts, nullptr);
+}
+}  // namespace
+
+int main() {
+  unsigned long acc = 0;
+  for (unsigned i = 0; i < 2000; ++i) acc += outer(i);
+  for (unsigned i = 0; i < 60; ++i) napper();
+  g_sink = acc;
+  std::printf("outer %u\ninner %u\nnapper %u\n", 2000u, 2000u * 20u, 60u);
+  return 0;
+}
