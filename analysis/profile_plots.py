@@ -72,6 +72,9 @@ def latency_distributions(profile: Profile, machine: Machine, out_dir: Path, svg
         for val, style, lab in ((f.p50_ticks, "--", "p50"), (f.p99_ticks, ":", "p99"), (f.mean_ticks, "-", "mean")):
             if val is not None and val > 0:
                 ax.axvline(val, ls=style, color="#d62728", lw=1, label=f"{lab} {val:,.0f}")
+        if f.oncpu_mean_ticks is not None and f.oncpu_mean_ticks > 0:
+            ax.axvline(f.oncpu_mean_ticks, ls="-.", color="#2ca02c", lw=1,
+                       label=f"on-CPU mean {f.oncpu_mean_ticks:,.0f}")
         if f.mean_ci_ticks:
             ax.axvspan(*f.mean_ci_ticks, color="#d62728", alpha=0.15, label="mean CI")
         ax.set_title(_short(f.name, 60), fontsize=8)
@@ -117,6 +120,8 @@ def dime_curve(rows: list[dict[str, Any]], machine: Machine, out_dir: Path, svg:
     panels = [("kept_median", "means: seen + mean within 10%")]
     if any(r.get("kept_p50_median") is not None for r in pts):
         panels.append(("kept_p50_median", "medians: seen + p50 within 10%"))
+    if any(r.get("kept_oncpu_median") is not None for r in pts):
+        panels.append(("kept_oncpu_median", "on-CPU means: seen + on-CPU mean within 10%"))
     fig, axes = _figure("Information kept vs overhead (budget policy; full = 100%)",
                         machine.subtitle(source), ncols=len(panels), figsize=(6.0 * len(panels), 5.6))
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
