@@ -7,10 +7,12 @@ run list scripts/profile_eval.py writes (runs.csv):
             preload (paired per round of the interleaving: median and min..max over
             rounds), toggle share, toggles/s, samples/s, probes, functions (PLDI'16 Table 3).
 - accuracy: per latency_lab function and run, the true mean latency against the estimate
-            and its interval (covered? within 10%?).
+            and its interval (covered? within 10%?); and the on-CPU mean (samples without
+            a context switch, newer profilers) against the true mean of unpreempted calls.
 - information: per run, what a policy kept of what full instrumentation (the same
             workload, the same round) got: functions seen, and latency estimates within 10%
-            (of the ground truth where there is one, else of full's estimate).
+            (of the ground truth where there is one, else of full's estimate); the same
+            with p50 and with the on-CPU mean (kept_p50, kept_oncpu).
 - dime_curve: information kept against slowdown for the `budget` policy at each budget
             (the dimeN runs, whose sampling only the budget limits, when present).
 
