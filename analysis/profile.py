@@ -470,11 +470,15 @@ def information(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
             seen_f = fprof.seen()
             seen_p = prof.seen() & seen_f
             fe, pe = fprof.by_name(), prof.by_name()
-            acc_f = {n for n in seen_f if fe[n].mean_ticks is not None and fe[n].samples > 0} if seen_f else set()
+            # A reference of 0 or less (a compensated mean of an empty function can be) has
+            # no 10% band: such a function is left out of the accurate sets.
+            acc_f = {n for n in seen_f if fe[n].mean_ticks is not None and fe[n].mean_ticks > 0
+                     and fe[n].samples > 0} if seen_f else set()
             acc_p = {n for n in acc_f if n in pe and _within(pe[n].mean_ticks, fe[n].mean_ticks)}
             rob_p = {n for n in acc_f if n in pe and _within(pe[n].p50_ticks, fe[n].p50_ticks)}
-            rob_f = {n for n in acc_f if fe[n].p50_ticks is not None}
-            onc_f = {n for n in acc_f if fe[n].oncpu_mean_ticks is not None}
+            rob_f = {n for n in acc_f if fe[n].p50_ticks is not None and fe[n].p50_ticks > 0}
+            onc_f = {n for n in seen_f if fe[n].samples > 0 and fe[n].oncpu_mean_ticks is not None
+                     and fe[n].oncpu_mean_ticks > 0}
             onc_p = {n for n in onc_f if n in pe and _within(pe[n].oncpu_mean_ticks, fe[n].oncpu_mean_ticks)}
             basis = "full"
         info_p, info_f = len(seen_p) + len(acc_p), len(seen_f) + len(acc_f)

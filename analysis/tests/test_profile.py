@@ -494,3 +494,18 @@ def test_cli_writes_oncpu_columns_and_panel(oncpu_folder):
     assert float(dime["budget"]["kept_oncpu_median"]) == pytest.approx(8 / 7, rel=1e-5) and dime["budget1"]["kept_oncpu_median"] == ""
     assert_real_png(oncpu_folder / "plots" / "profile_dime_curve.png")
     assert_real_png(oncpu_folder / "plots" / "lab-cyg-budget-r0" / "profile_latency_distributions.png")
+
+
+def test_information_full_basis_skips_references_at_or_below_zero(eval_folder):
+    # A compensated mean can be ~0 or below for an empty function: no 10% band around it,
+    # so it leaves full's accurate set instead of counting as unreachable.
+    rows = prof.attach(prof.load_runs(eval_folder / "runs.csv"), eval_folder)
+    for r in rows:
+        r["_truth"] = None
+    full0 = next(r for r in rows if r["label"] == "full" and r["round"] == 0)["_profile"]
+    full0.by_name()["lab_b"].mean_ticks = -3.0
+    info = {(i["config"], i["round"]): i for i in prof.information(rows)}
+    paper = info[("paper", 0)]
+    assert (paper["accurate"], paper["accurate_full"]) == (2, 3) and paper["kept"] == pytest.approx(6 / 7)
+    assert info[("full", 0)]["kept"] == 1.0
+    assert info[("paper", 1)]["accurate_full"] == 4
