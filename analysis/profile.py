@@ -7,10 +7,12 @@ run list scripts/profile_eval.py writes (runs.csv):
             preload (paired per round of the interleaving: median and min..max over
             rounds), toggle share, toggles/s, samples/s, probes, functions (PLDI'16 Table 3).
 - accuracy: per latency_lab function and run, the true mean latency against the estimate
-            and its interval (covered? within 10%?).
+            and its interval (covered? within 10%?); and the on-CPU mean (samples without
+            a context switch, newer profilers) against the true mean of unpreempted calls.
 - information: per run, what a policy kept of what full instrumentation (the same
             workload, the same round) got: functions seen, and latency estimates within 10%
-            (of the ground truth where there is one, else of full's estimate).
+            (of the ground truth where there is one, else of full's estimate); the same
+            with p50 and with the on-CPU mean (kept_p50, kept_oncpu).
 - dime_curve: information kept against slowdown for the `budget` policy at each budget
             (the dimeN runs, whose sampling only the budget limits, when present).
 
@@ -56,6 +58,15 @@ class FunctionStat:
     hist_counts: list[int] = field(default_factory=list)
     converged: bool = False
     address: str = ""
+    # Added by the profiler in session 2026-11-23 21:45 (optional: older files lack them,
+    # and null means unavailable): mean_ticks is then compensated for the instrumentation's
+    # own time, raw_mean_ticks is the mean as timed; oncpu_* cover the samples during
+    # which the thread was not context-switched (switched_samples were).
+    raw_mean_ticks: Optional[float] = None
+    switched_samples: Optional[int] = None
+    oncpu_samples: Optional[int] = None
+    oncpu_mean_ticks: Optional[float] = None
+    oncpu_mean_ci_ticks: Optional[tuple[float, float]] = None
 
 
 @dataclass
@@ -92,6 +103,23 @@ class Profile:
     def seen(self) -> set[str]:
         return {f.name for f in self.functions if f.samples > 0 or f.calls_observed > 0}
 
+    @property
+    def switch_detection(self) -> Optional[str]:
+        """run.switch_detection: "perf", "unavailable: <reason>", or None (older files)."""
+        v = self.run.get("switch_detection")
+        return v if isinstance(v, str) else None
+
+    @property
+    def has_oncpu(self) -> bool:
+        """Whether this profile carries on-CPU estimates: the runtime detected context
+        switches (run.switch_detection "perf"), or (a file without that key) some function
+        has an oncpu_mean_ticks. A profile with detection on but no function at all (policy
+        none) has them: it estimated nothing."""
+        sd = self.switch_detection
+        if sd is not None:
+            return sd == "perf"
+        return any(f.oncpu_mean_ticks is not None for f in self.functions)
+
 
 def _is_num(v: Any) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
@@ -104,6 +132,26 @@ def _opt_num(path: Path, where: str, obj: dict, key: str) -> Optional[float]:
     if not _is_num(v):
         raise InputError(path, f"{where}.{key}: expected a number or null, got {v!r}")
     return float(v)
+
+
+def _opt_count(path: Path, where: str, obj: dict, key: str) -> Optional[int]:
+    v = obj.get(key)
+    if v is None:
+        return None
+    if not _is_num(v) or v < 0 or v != int(v):
+        raise InputError(path, f"{where}.{key}: expected a count (integer >= 0) or null, got {v!r}")
+    return int(v)
+
+
+def _opt_interval(path: Path, where: str, obj: dict, key: str, ordered: bool = False) -> Optional[tuple[float, float]]:
+    ci = obj.get(key)
+    if ci is None:
+        return None
+    if not (isinstance(ci, list) and len(ci) == 2 and all(_is_num(x) for x in ci)):
+        raise InputError(path, f"{where}.{key}: expected [low, high] or null, got {ci!r}")
+    if ordered and ci[0] > ci[1]:
+        raise InputError(path, f"{where}.{key}: low {ci[0]!r} above high {ci[1]!r}")
+    return float(ci[0]), float(ci[1])
 
 
 def _req(path: Path, where: str, obj: Any, key: str, kind: type | tuple) -> Any:
@@ -124,11 +172,7 @@ def _function(path: Path, i: int, f: Any) -> FunctionStat:
     if not isinstance(f, dict):
         raise InputError(path, f"{where}: expected an object")
     name = _req(path, where, f, "name", str)
-    ci = f.get("mean_ci_ticks")
-    if ci is not None:
-        if not (isinstance(ci, list) and len(ci) == 2 and all(_is_num(x) for x in ci)):
-            raise InputError(path, f"{where}.mean_ci_ticks: expected [low, high] or null, got {ci!r}")
-        ci = (float(ci[0]), float(ci[1]))
+    ci = _opt_interval(path, where, f, "mean_ci_ticks")
     hist = f.get("hist") or {}
     edges, counts = [], []
     if hist:
@@ -149,7 +193,12 @@ def _function(path: Path, i: int, f: Any) -> FunctionStat:
         p50_ticks=_opt_num(path, where, f, "p50_ticks"), p99_ticks=_opt_num(path, where, f, "p99_ticks"),
         share=_opt_num(path, where, f, "share"),
         hist_edges=[float(x) for x in edges], hist_counts=[int(x) for x in counts],
-        converged=bool(f.get("converged", False)), address=str(f.get("address", "")))
+        converged=bool(f.get("converged", False)), address=str(f.get("address", "")),
+        raw_mean_ticks=_opt_num(path, where, f, "raw_mean_ticks"),
+        switched_samples=_opt_count(path, where, f, "switched_samples"),
+        oncpu_samples=_opt_count(path, where, f, "oncpu_samples"),
+        oncpu_mean_ticks=_opt_num(path, where, f, "oncpu_mean_ticks"),
+        oncpu_mean_ci_ticks=_opt_interval(path, where, f, "oncpu_mean_ci_ticks", ordered=True))
 
 
 def load_profile(path: Path) -> Profile:
@@ -178,6 +227,8 @@ def load_profile(path: Path) -> Profile:
     overhead = _req(path, "profile", data, "overhead", dict)
     for key in ("cpu_s", "wall_s"):
         _req(path, "run", run, key, (int, float))
+    if run.get("switch_detection") is not None and not isinstance(run["switch_detection"], str):
+        raise InputError(path, f"run.switch_detection: expected a string or null, got {run['switch_detection']!r}")
     functions = _req(path, "profile", data, "functions", list)
     timeline = data.get("timeline") or []
     if not isinstance(timeline, list) or not all(isinstance(t, dict) for t in timeline):
@@ -327,8 +378,20 @@ def _within(est: Optional[float], ref: Optional[float], tol: float = TOLERANCE) 
     return abs(est - ref) <= tol * ref
 
 
+def _covers(ci: Optional[tuple[float, float]], ref: Optional[float]) -> Optional[bool]:
+    if ci is None or ref is None:
+        return None
+    return ci[0] <= ref <= ci[1]
+
+
 def accuracy(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Per latency_lab function, per profiled run with a truth file."""
+    """Per latency_lab function, per profiled run with a truth file.
+
+    est_mean_ticks is profile.json's mean_ticks (compensated for the instrumentation's own
+    time by profilers that write raw_mean_ticks; est_raw_mean_ticks is then the uncompensated
+    one) against the true mean of all calls. The on-CPU columns (empty for profiles without
+    them) put the mean over the samples without a context switch, and its interval, against
+    the true mean of the calls the kernel did not preempt."""
     out = []
     for r in rows:
         prof, truth = r.get("_profile"), r.get("_truth")
@@ -339,6 +402,8 @@ def accuracy(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
             f = est.get(name)
             ci = f.mean_ci_ticks if f else None
             mean = f.mean_ticks if f else None
+            oncpu = f.oncpu_mean_ticks if f else None
+            oci = f.oncpu_mean_ci_ticks if f else None
             out.append({
                 "workload": r["workload"], "config": _config(r), "round": r["round"], "function": name,
                 "true_calls": t.calls, "calls_estimated": f.calls_estimated if f else None,
@@ -346,10 +411,17 @@ def accuracy(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 "true_mean_ticks": t.mean_ticks, "true_mean_unpreempted_ticks": t.mean_unpreempted_ticks,
                 "est_mean_ticks": mean, "est_p50_ticks": f.p50_ticks if f else None,
                 "ci_low": ci[0] if ci else None, "ci_high": ci[1] if ci else None,
-                "covered": (ci[0] <= t.mean_ticks <= ci[1]) if ci and t.mean_ticks is not None else None,
+                "covered": _covers(ci, t.mean_ticks),
                 "within_10pct": _within(mean, t.mean_ticks),
                 "within_10pct_unpreempted": _within(mean, t.mean_unpreempted_ticks),
                 "p50_within_10pct_unpreempted": _within(f.p50_ticks if f else None, t.mean_unpreempted_ticks),
+                "est_raw_mean_ticks": f.raw_mean_ticks if f else None,
+                "switched_samples": f.switched_samples if f else None,
+                "oncpu_samples": f.oncpu_samples if f else None,
+                "est_oncpu_mean_ticks": oncpu,
+                "oncpu_ci_lo": oci[0] if oci else None, "oncpu_ci_hi": oci[1] if oci else None,
+                "oncpu_covers_unpreempted": _covers(oci, t.mean_unpreempted_ticks),
+                "oncpu_within_10pct_unpreempted": _within(oncpu, t.mean_unpreempted_ticks),
             })
     return out
 
@@ -359,7 +431,10 @@ def information(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     With a truth file, 'accurate' means within 10% of the true mean of the run's own truth
     file, over the truth's timed functions; without, within 10% of full's estimate over the
     functions full saw. kept = (seen + accurate) / (full's seen + full's accurate);
-    kept_p50 is the same with p50 against the true mean of unpreempted calls (or full's p50)."""
+    kept_p50 is the same with p50 against the true mean of unpreempted calls (or full's p50);
+    kept_oncpu the same with the on-CPU mean (oncpu_mean_ticks) against the true mean of
+    unpreempted calls (or full's oncpu_mean_ticks), None unless both this run's and full's
+    profile carry on-CPU estimates (Profile.has_oncpu)."""
     full = {(r["workload"], r["round"]): r for r in rows
             if r["policy"] == "full" and r["rc"] == 0 and r.get("_profile") is not None}
     out = []
@@ -370,6 +445,7 @@ def information(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
             continue
         fprof = ref["_profile"]
         truth, ftruth = r.get("_truth"), ref.get("_truth")
+        oncpu = prof.has_oncpu and fprof.has_oncpu
         if truth is not None and ftruth is not None:
             universe = [n for n, t in truth.items() if t.mean_ticks is not None]
 
@@ -380,19 +456,30 @@ def information(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 est = p.by_name()
                 return {n for n in universe if n in est
                         and _within(est[n].p50_ticks, tr[n].mean_unpreempted_ticks)}
+
+            def oncpu_ok(p: Profile, tr: dict[str, TruthFn]) -> set[str]:
+                est = p.by_name()
+                return {n for n in tr if n in est and _within(est[n].oncpu_mean_ticks, tr[n].mean_unpreempted_ticks)}
             seen_p = prof.seen() & set(truth)
             seen_f = fprof.seen() & set(truth)
             acc_p, acc_f = accurate(prof, truth), accurate(fprof, ftruth)
             rob_p, rob_f = robust(prof, truth), robust(fprof, ftruth)
+            onc_p, onc_f = oncpu_ok(prof, truth), oncpu_ok(fprof, ftruth)
             basis = "truth"
         else:
             seen_f = fprof.seen()
             seen_p = prof.seen() & seen_f
             fe, pe = fprof.by_name(), prof.by_name()
-            acc_f = {n for n in seen_f if fe[n].mean_ticks is not None and fe[n].samples > 0} if seen_f else set()
+            # A reference of 0 or less (a compensated mean of an empty function can be) has
+            # no 10% band: such a function is left out of the accurate sets.
+            acc_f = {n for n in seen_f if fe[n].mean_ticks is not None and fe[n].mean_ticks > 0
+                     and fe[n].samples > 0} if seen_f else set()
             acc_p = {n for n in acc_f if n in pe and _within(pe[n].mean_ticks, fe[n].mean_ticks)}
             rob_p = {n for n in acc_f if n in pe and _within(pe[n].p50_ticks, fe[n].p50_ticks)}
-            rob_f = {n for n in acc_f if fe[n].p50_ticks is not None}
+            rob_f = {n for n in acc_f if fe[n].p50_ticks is not None and fe[n].p50_ticks > 0}
+            onc_f = {n for n in seen_f if fe[n].samples > 0 and fe[n].oncpu_mean_ticks is not None
+                     and fe[n].oncpu_mean_ticks > 0}
+            onc_p = {n for n in onc_f if n in pe and _within(pe[n].oncpu_mean_ticks, fe[n].oncpu_mean_ticks)}
             basis = "full"
         info_p, info_f = len(seen_p) + len(acc_p), len(seen_f) + len(acc_f)
         out.append({
@@ -406,6 +493,12 @@ def information(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
             # (truth), or of full's p50: robust to the rare preempted calls.
             "p50_accurate": len(rob_p), "p50_accurate_full": len(rob_f),
             "kept_p50": (len(seen_p) + len(rob_p)) / (len(seen_f) + len(rob_f)) if seen_f or rob_f else None,
+            # The same with the mean over the samples without a context switch, against the
+            # true mean of unpreempted calls (truth) or full's on-CPU mean.
+            "oncpu_accurate": len(onc_p) if oncpu else None,
+            "oncpu_accurate_full": len(onc_f) if oncpu else None,
+            "kept_oncpu": (len(seen_p) + len(onc_p)) / (len(seen_f) + len(onc_f))
+                          if oncpu and (seen_f or onc_f) else None,
         })
     return out
 
@@ -435,7 +528,8 @@ def dime_curve(rows: list[dict[str, Any]], info: Optional[list[dict]] = None) ->
                     "rounds": len(items), "slowdown_median": _median(s),
                     "slowdown_min": min(s) if s else None, "slowdown_max": max(s) if s else None,
                     "kept_median": med("kept"), "kept_seen_median": med("kept_seen"),
-                    "kept_accurate_median": med("kept_accurate"), "kept_p50_median": med("kept_p50")})
+                    "kept_accurate_median": med("kept_accurate"), "kept_p50_median": med("kept_p50"),
+                    "kept_oncpu_median": med("kept_oncpu")})
     out.sort(key=lambda d: (d["workload"], d["budget"] if d["budget"] is not None else 2.0))
     return out
 
@@ -496,7 +590,9 @@ def table3_markdown(rows: list[dict[str, Any]]) -> str:
 
 def summarize_accuracy(acc: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Per (workload, config): functions with an estimate, covered by their interval,
-    within 10% of the true mean (over timed functions)."""
+    within 10% of the true mean (over timed functions); and the on-CPU estimates (0 for
+    profiles without them): how many, how many with an interval, how many intervals cover
+    the unpreempted true mean, how many within 10% of it."""
     groups: dict[tuple[str, str], list[dict]] = {}
     for a in acc:
         if a["true_mean_ticks"] is None:
@@ -505,10 +601,16 @@ def summarize_accuracy(acc: list[dict[str, Any]]) -> list[dict[str, Any]]:
     out = []
     for (w, c), items in groups.items():
         est = [a for a in items if a["est_mean_ticks"] is not None]
+        oncpu = [a for a in items if a.get("est_oncpu_mean_ticks") is not None]
         out.append({"workload": w, "config": c, "function_runs": len(items), "estimated": len(est),
                     "covered": sum(1 for a in est if a["covered"]),
                     "within_10pct": sum(1 for a in est if a["within_10pct"]),
-                    "within_10pct_unpreempted": sum(1 for a in est if a["within_10pct_unpreempted"])})
+                    "within_10pct_unpreempted": sum(1 for a in est if a["within_10pct_unpreempted"]),
+                    "oncpu_estimated": len(oncpu),
+                    "oncpu_with_ci": sum(1 for a in oncpu if a.get("oncpu_ci_lo") is not None),
+                    "oncpu_covers_unpreempted": sum(1 for a in oncpu if a.get("oncpu_covers_unpreempted")),
+                    "oncpu_within_10pct_unpreempted": sum(1 for a in oncpu
+                                                          if a.get("oncpu_within_10pct_unpreempted"))})
     return out
 
 

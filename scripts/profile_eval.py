@@ -402,10 +402,15 @@ def main(argv: Optional[list[str]] = None) -> int:
         return 1
     print((out / "table3.md").read_text())
     for s in prof.summarize_accuracy(tables["accuracy"]):
-        print(f"accuracy {s['workload']} {s['config']}: {s['estimated']}/{s['function_runs']} estimated, "
-              f"{s['covered']} covered by their interval, {s['within_10pct']} within 10% of the true mean")
+        line = (f"accuracy {s['workload']} {s['config']}: {s['estimated']}/{s['function_runs']} estimated, "
+                f"{s['covered']} covered by their interval, {s['within_10pct']} within 10% of the true mean")
+        if s["oncpu_estimated"]:
+            line += (f"; on-CPU: {s['oncpu_estimated']} estimated, {s['oncpu_covers_unpreempted']} covering the "
+                     f"unpreempted true mean, {s['oncpu_within_10pct_unpreempted']} within 10% of it")
+        print(line)
     for d in tables["dime"]:
-        print(f"dime {d['workload']} {d['config']}: slowdown {d['slowdown_median']}, kept {d['kept_median']}")
+        print(f"dime {d['workload']} {d['config']}: slowdown {d['slowdown_median']}, kept {d['kept_median']}"
+              + (f", kept_oncpu {d['kept_oncpu_median']}" if d.get("kept_oncpu_median") is not None else ""))
     print(f"written: {out}; plots: /usr/bin/python3 -m analysis.profile_cli {out}")
     return 0
 

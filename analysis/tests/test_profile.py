@@ -20,8 +20,12 @@ TRUTH = {"lab_a": 1000.0, "lab_b": 5000.0, "lab_c": 20000.0, "lab_rare": 50000.0
 
 
 def make_profile(policy: str, estimates: dict[str, tuple[float, float, float]], *, cpu_s: float = 2.0,
-                 budget: float = 0.05, toggles_per_s: float = 1000.0, samples: int = 10) -> dict:
-    """estimates: name -> (mean, ci_low, ci_high); a name absent was not seen."""
+                 budget: float = 0.05, toggles_per_s: float = 1000.0, samples: int = 10,
+                 oncpu: dict | None = None, switch_detection: str | None = None) -> dict:
+    """estimates: name -> (mean, ci_low, ci_high); a name absent was not seen.
+    oncpu (the fields added in session 2026-11-23 21:45; absent if None): name ->
+    (oncpu_mean, lo, hi), or None for a function all of whose samples were switched;
+    raw_mean_ticks is then mean + 100 and one sample per function was switched."""
     fns = []
     for i, (name, (mean, lo, hi)) in enumerate(sorted(estimates.items())):
         fns.append({"name": name, "object": "/x/latency_lab_cyg", "address": hex(0x401000 + 16 * i),
@@ -31,11 +35,21 @@ def make_profile(policy: str, estimates: dict[str, tuple[float, float, float]], 
                     "hist": {"edges_ticks": [mean * 0.5, mean, mean * 1.5, mean * 2],
                              "counts": [2, samples - 3, 1]},
                     "converged": False})
+        if oncpu is not None:
+            o = oncpu.get(name)
+            fns[-1].update({"raw_mean_ticks": mean + 100.0,
+                            "switched_samples": 1 if o is not None else samples,
+                            "oncpu_samples": samples - 1 if o is not None else 0,
+                            "oncpu_mean_ticks": o[0] if o is not None else None,
+                            "oncpu_mean_ci_ticks": [o[1], o[2]] if o is not None else None})
+    run = {"wall_s": cpu_s / 2, "cpu_s": cpu_s, "user_s": cpu_s, "sys_s": 0.0, "tsc_hz": 2.5e9, "threads": 9}
+    if switch_detection is not None:
+        run["switch_detection"] = switch_detection
     return {
         "schema": 1, "tool": "crossmod profile", "command": ["latency_lab_cyg", "--threads", "8"],
         "policy": {"name": policy, "budget": budget, "period_s": 0.01, "samples": 10, "epoch_s": 0.01, "ci": 0.05},
         "exit": {"kind": "exit", "status": 0, "signal": None, "execs": 0},
-        "run": {"wall_s": cpu_s / 2, "cpu_s": cpu_s, "user_s": cpu_s, "sys_s": 0.0, "tsc_hz": 2.5e9, "threads": 9},
+        "run": run,
         "overhead": {"probes": 20, "functions": 10, "toggles": 500, "toggles_per_s": toggles_per_s,
                      "samples": 1000, "samples_per_s": 500.0, "instr_ticks": 1, "instr_share": 0.03,
                      "toggle_ticks": 1, "toggle_share": 0.001},
@@ -54,8 +68,13 @@ def write_truth(path: Path, scale: float = 1.0) -> None:
     path.write_text(json.dumps({"schema": 1, "tool": "latency_lab", "threads": 8, "functions": fns}))
 
 
-def exact(names=TRUTH) -> dict:
-    return {n: (TRUTH[n], TRUTH[n] * 0.95, TRUTH[n] * 1.05) for n in names}
+def exact(names=TRUTH, scale: float = 1.0) -> dict:
+    return {n: (TRUTH[n] * scale, TRUTH[n] * scale * 0.95, TRUTH[n] * scale * 1.05) for n in names}
+
+
+def around(n: str, factor: float, half: float = 0.05) -> tuple[float, float, float]:
+    """An estimate of TRUTH[n] x factor with the interval factor +- half (relative to TRUTH[n])."""
+    return TRUTH[n] * factor, TRUTH[n] * (factor - half), TRUTH[n] * (factor + half)
 
 
 @pytest.fixture
@@ -269,3 +288,224 @@ def test_load_profile_gzipped(tmp_path):
     (tmp_path / "profile.json.gz").write_bytes(b"not gzip")
     with pytest.raises(InputError, match="not readable as gzip JSON"):
         prof.load_profile(tmp_path)
+
+
+
+# ---------------------------------------------------------------------------- on-CPU fields
+
+def test_load_profile_oncpu_fields(tmp_path):
+    data = make_profile("budget", exact(), oncpu={**exact(["lab_a", "lab_b", "lab_c"]), "lab_rare": None},
+                        switch_detection="perf")
+    (tmp_path / "profile.json").write_text(json.dumps(data))
+    got = prof.load_profile(tmp_path)
+    assert got.switch_detection == "perf" and got.has_oncpu
+    a = got.by_name()["lab_a"]
+    assert (a.raw_mean_ticks, a.switched_samples, a.oncpu_samples) == (1100.0, 1, 9)
+    assert a.oncpu_mean_ticks == 1000.0 and a.oncpu_mean_ci_ticks == (950.0, 1050.0)
+    rare = got.by_name()["lab_rare"]
+    assert rare.oncpu_mean_ticks is None and rare.oncpu_mean_ci_ticks is None and rare.oncpu_samples == 0
+
+
+def test_load_profile_without_oncpu_fields_still_loads(tmp_path):
+    (tmp_path / "profile.json").write_text(json.dumps(make_profile("budget", exact())))
+    got = prof.load_profile(tmp_path)
+    a = got.by_name()["lab_a"]
+    assert (a.raw_mean_ticks, a.switched_samples, a.oncpu_samples, a.oncpu_mean_ticks, a.oncpu_mean_ci_ticks) \
+        == (None, None, None, None, None)
+    assert got.switch_detection is None and not got.has_oncpu
+    # Detection unavailable: the fields are null, and the profile has no on-CPU estimates.
+    data = make_profile("budget", exact(), oncpu={}, switch_detection="unavailable: perf_event_open: EACCES")
+    (tmp_path / "profile.json").write_text(json.dumps(data))
+    got = prof.load_profile(tmp_path)
+    assert not got.has_oncpu and got.by_name()["lab_a"].switched_samples == 10
+    # No switch_detection key (a file in between), but on-CPU means present.
+    data = make_profile("budget", exact(), oncpu=exact())
+    (tmp_path / "profile.json").write_text(json.dumps(data))
+    assert prof.load_profile(tmp_path).has_oncpu
+
+
+@pytest.mark.parametrize("mutate, message", [
+    (lambda d: d["functions"][0].update(raw_mean_ticks="slow"), "raw_mean_ticks: expected a number or null"),
+    (lambda d: d["functions"][0].update(switched_samples="3"), "switched_samples: expected a count"),
+    (lambda d: d["functions"][0].update(switched_samples=1.5), "switched_samples: expected a count"),
+    (lambda d: d["functions"][0].update(oncpu_samples=-1), "oncpu_samples: expected a count"),
+    (lambda d: d["functions"][0].update(oncpu_mean_ticks=[1.0]), "oncpu_mean_ticks: expected a number or null"),
+    (lambda d: d["functions"][0].update(oncpu_mean_ci_ticks=[1.0]), r"oncpu_mean_ci_ticks: expected \[low, high\]"),
+    (lambda d: d["functions"][0].update(oncpu_mean_ci_ticks={"lo": 1}), "oncpu_mean_ci_ticks: expected"),
+    (lambda d: d["functions"][0].update(oncpu_mean_ci_ticks=[2.0, 1.0]), "low 2.0 above high 1.0"),
+    (lambda d: d["run"].update(switch_detection=1), "run.switch_detection: expected a string or null"),
+])
+def test_load_profile_rejects_malformed_oncpu(tmp_path, mutate, message):
+    data = make_profile("full", exact(), oncpu=exact(), switch_detection="perf")
+    mutate(data)
+    p = tmp_path / "profile.json"
+    p.write_text(json.dumps(data))
+    with pytest.raises(InputError, match=message):
+        prof.load_profile(p)
+
+
+PREEMPT = 3.0   # the true mean of all calls is 3x the true mean of unpreempted calls
+
+# config -> (means, on-CPU means or None for a profile without the fields)
+ONCPU_RUNS = {
+    # full: its means include the preempted calls (3x); its on-CPU mean of lab_c is 20% off.
+    "full": (exact(scale=PREEMPT), {**exact(), "lab_c": around("lab_c", 1.2)}),
+    # budget: means miss the tail (1x); on-CPU lab_b 8% off with an interval that misses.
+    "budget": (exact(), {**exact(), "lab_a": around("lab_a", 1.02), "lab_b": around("lab_b", 1.08, 0.03)}),
+    # paper: on-CPU lab_a 30% off, lab_rare all samples switched.
+    "paper": (exact(), {**exact(), "lab_a": around("lab_a", 1.3), "lab_rare": None}),
+    # budget1: an older profiler, no on-CPU fields.
+    "budget1": (exact(), None),
+    "none": ({}, {}),
+}
+
+
+@pytest.fixture
+def oncpu_folder(tmp_path) -> Path:
+    """One round of baseline/none/full/paper/budget/budget1 on lab-cyg, truth with
+    preempted calls (true mean 3x the unpreempted one), profiles as in ONCPU_RUNS."""
+    folder = tmp_path / "results" / "m" / "profile"
+    folder.mkdir(parents=True)
+    rows = []
+    for order, label in enumerate(["baseline", "none", "full", "paper", "budget", "budget1"]):
+        policy = "budget" if label.startswith("budget") else label
+        budget = {"budget": 0.05, "budget1": 0.01}.get(label)
+        run_dir = f"raw/lab-cyg/{label}-r0"
+        (folder / run_dir).mkdir(parents=True)
+        write_truth(folder / run_dir / "truth.json", scale=PREEMPT)
+        profile = ""
+        if label != "baseline":
+            means, oncpu = ONCPU_RUNS[label]
+            data = make_profile(policy, means, cpu_s=2.0 * (1 + order / 10), budget=budget or 0.05, oncpu=oncpu,
+                                switch_detection=None if oncpu is None else "perf")
+            (folder / run_dir / "profile.json").write_text(json.dumps(data))
+            profile = run_dir
+        rows.append({"round": 0, "order": order, "workload": "lab-cyg", "provider": "cyg", "policy": policy,
+                     "budget": "" if budget is None else budget, "label": label, "rc": 0,
+                     "cpu_s": 2.0 * (1 + order / 10), "wall_s": 1.0, "launcher_cpu_s": 2.0,
+                     "profile": profile, "truth": f"{run_dir}/truth.json", "note": ""})
+    with (folder / "runs.csv").open("w", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=prof.RUN_COLUMNS)
+        w.writeheader()
+        w.writerows(rows)
+    return folder
+
+
+def test_accuracy_oncpu_columns(oncpu_folder):
+    rows = prof.attach(prof.load_runs(oncpu_folder / "runs.csv"), oncpu_folder)
+    acc = {(a["config"], a["function"]): a for a in prof.accuracy(rows)}
+    a = acc[("budget", "lab_a")]
+    assert a["est_oncpu_mean_ticks"] == pytest.approx(1020.0) and a["est_raw_mean_ticks"] == pytest.approx(1100.0)
+    assert (a["oncpu_ci_lo"], a["oncpu_ci_hi"]) == (pytest.approx(970.0), pytest.approx(1070.0))
+    assert a["oncpu_covers_unpreempted"] is True and a["oncpu_within_10pct_unpreempted"] is True
+    assert (a["switched_samples"], a["oncpu_samples"]) == (1, 9)
+    # The old columns still compare the mean with the true mean of all calls: missed (1x vs 3x).
+    assert a["covered"] is False and a["within_10pct"] is False and a["within_10pct_unpreempted"] is True
+    # 8% off, its interval [1.05, 1.11] x truth misses the truth: within 10% but not covered.
+    b = acc[("budget", "lab_b")]
+    assert b["oncpu_covers_unpreempted"] is False and b["oncpu_within_10pct_unpreempted"] is True
+    assert acc[("paper", "lab_a")]["oncpu_covers_unpreempted"] is False
+    assert acc[("paper", "lab_a")]["oncpu_within_10pct_unpreempted"] is False
+    rare = acc[("paper", "lab_rare")]
+    assert rare["est_oncpu_mean_ticks"] is None and rare["oncpu_samples"] == 0 and rare["switched_samples"] == 10
+    assert rare["oncpu_covers_unpreempted"] is None and rare["oncpu_within_10pct_unpreempted"] is None
+    c = acc[("full", "lab_c")]
+    assert c["covered"] is True and c["oncpu_covers_unpreempted"] is False and c["oncpu_within_10pct_unpreempted"] is False
+    old = acc[("budget1", "lab_a")]
+    assert all(old[k] is None for k in ("est_raw_mean_ticks", "switched_samples", "oncpu_samples",
+                                        "est_oncpu_mean_ticks", "oncpu_ci_lo", "oncpu_ci_hi",
+                                        "oncpu_covers_unpreempted", "oncpu_within_10pct_unpreempted"))
+    tiny = acc[("budget", "lab_tiny")]
+    assert tiny["oncpu_covers_unpreempted"] is None
+    summary = {s["config"]: s for s in prof.summarize_accuracy(prof.accuracy(rows))}
+    got = {c: (s["oncpu_estimated"], s["oncpu_with_ci"], s["oncpu_covers_unpreempted"],
+               s["oncpu_within_10pct_unpreempted"]) for c, s in summary.items()}
+    assert got == {"full": (4, 4, 3, 3), "budget": (4, 4, 3, 4), "paper": (3, 3, 2, 2), "budget1": (0, 0, 0, 0),
+                   "none": (0, 0, 0, 0)}
+    assert summary["full"]["covered"] == 4 and summary["budget"]["covered"] == 0
+
+
+def test_information_kept_oncpu_against_truth(oncpu_folder):
+    rows = prof.attach(prof.load_runs(oncpu_folder / "runs.csv"), oncpu_folder)
+    info = {i["config"]: i for i in prof.information(rows)}
+    # full: 4 seen, 3 on-CPU means within 10% of the unpreempted truth (lab_c is 20% off).
+    assert (info["full"]["oncpu_accurate"], info["full"]["oncpu_accurate_full"]) == (3, 3)
+    assert info["full"]["kept_oncpu"] == 1.0
+    # budget: 4 seen + 4 within 10% over full's 4 + 3: better than full.
+    assert info["budget"]["oncpu_accurate"] == 4 and info["budget"]["kept_oncpu"] == pytest.approx(8 / 7)
+    # paper: lab_a 30% off, lab_rare without an on-CPU mean: (4 + 2) / (4 + 3).
+    assert info["paper"]["kept_oncpu"] == pytest.approx(6 / 7)
+    # The mean-based measure is unchanged: budget's means miss every 3x true mean.
+    assert info["budget"]["kept"] == pytest.approx(4 / 8)
+    # none: detection on, nothing seen or estimated.
+    assert info["none"]["kept_oncpu"] == 0.0
+    # An older profile: no on-CPU information, None rather than 0.
+    assert info["budget1"]["kept_oncpu"] is None and info["budget1"]["oncpu_accurate"] is None
+    assert info["budget1"]["kept"] is not None
+
+
+def test_information_kept_oncpu_against_full(oncpu_folder):
+    rows = prof.attach(prof.load_runs(oncpu_folder / "runs.csv"), oncpu_folder)
+    for r in rows:
+        r["_truth"] = None
+    info = {i["config"]: i for i in prof.information(rows)}
+    assert info["budget"]["basis"] == "full"
+    # Against full's on-CPU means: budget's lab_c (1.0x) is 17% below full's 1.2x: (4 + 3) / (4 + 4).
+    assert (info["budget"]["oncpu_accurate"], info["budget"]["oncpu_accurate_full"]) == (3, 4)
+    assert info["budget"]["kept_oncpu"] == pytest.approx(7 / 8)
+    # paper: lab_a, lab_c off, lab_rare missing: (4 + 1) / (4 + 4).
+    assert info["paper"]["kept_oncpu"] == pytest.approx(5 / 8)
+    assert info["budget1"]["kept_oncpu"] is None
+
+
+def test_information_kept_oncpu_none_when_full_lacks_fields(oncpu_folder):
+    rows = prof.attach(prof.load_runs(oncpu_folder / "runs.csv"), oncpu_folder)
+    full = next(r for r in rows if r["label"] == "full")
+    full["_profile"] = prof.load_profile(next(r for r in rows if r["label"] == "budget1")["_profile"].path)
+    info = {i["config"]: i for i in prof.information(rows)}
+    assert info["budget"]["kept_oncpu"] is None and info["budget"]["kept"] is not None
+
+
+def test_dime_curve_kept_oncpu(oncpu_folder):
+    rows = prof.attach(prof.load_runs(oncpu_folder / "runs.csv"), oncpu_folder)
+    dime = {d["config"]: d for d in prof.dime_curve(rows)}
+    assert dime["budget"]["kept_oncpu_median"] == pytest.approx(8 / 7)
+    assert dime["full"]["kept_oncpu_median"] == 1.0
+    assert dime["budget1"]["kept_oncpu_median"] is None
+
+
+def test_cli_writes_oncpu_columns_and_panel(oncpu_folder):
+    with contextlib.redirect_stdout(io.StringIO()):
+        assert profile_cli.main([str(oncpu_folder), "--no-svg"]) == 0
+    with (oncpu_folder / "accuracy.csv").open() as fh:
+        acc = list(csv.DictReader(fh))
+    for col in ("est_raw_mean_ticks", "est_oncpu_mean_ticks", "oncpu_ci_lo", "oncpu_ci_hi",
+                "oncpu_covers_unpreempted", "oncpu_within_10pct_unpreempted"):
+        assert col in acc[0], col
+    b = next(a for a in acc if a["config"] == "budget" and a["function"] == "lab_b")
+    assert (b["oncpu_covers_unpreempted"], b["oncpu_within_10pct_unpreempted"]) == ("0", "1")
+    old = next(a for a in acc if a["config"] == "budget1" and a["function"] == "lab_b")
+    assert old["est_oncpu_mean_ticks"] == "" and old["oncpu_covers_unpreempted"] == ""
+    with (oncpu_folder / "accuracy_summary.csv").open() as fh:
+        summary = {r["config"]: r for r in csv.DictReader(fh)}
+    assert summary["budget"]["oncpu_covers_unpreempted"] == "3"
+    with (oncpu_folder / "dime_curve.csv").open() as fh:
+        dime = {r["config"]: r for r in csv.DictReader(fh)}
+    assert float(dime["budget"]["kept_oncpu_median"]) == pytest.approx(8 / 7, rel=1e-5) and dime["budget1"]["kept_oncpu_median"] == ""
+    assert_real_png(oncpu_folder / "plots" / "profile_dime_curve.png")
+    assert_real_png(oncpu_folder / "plots" / "lab-cyg-budget-r0" / "profile_latency_distributions.png")
+
+
+def test_information_full_basis_skips_references_at_or_below_zero(eval_folder):
+    # A compensated mean can be ~0 or below for an empty function: no 10% band around it,
+    # so it leaves full's accurate set instead of counting as unreachable.
+    rows = prof.attach(prof.load_runs(eval_folder / "runs.csv"), eval_folder)
+    for r in rows:
+        r["_truth"] = None
+    full0 = next(r for r in rows if r["label"] == "full" and r["round"] == 0)["_profile"]
+    full0.by_name()["lab_b"].mean_ticks = -3.0
+    info = {(i["config"], i["round"]): i for i in prof.information(rows)}
+    paper = info[("paper", 0)]
+    assert (paper["accurate"], paper["accurate_full"]) == (2, 3) and paper["kept"] == pytest.approx(6 / 7)
+    assert info[("full", 0)]["kept"] == 1.0
+    assert info[("paper", 1)]["accurate_full"] == 4

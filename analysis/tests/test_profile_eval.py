@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import csv
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -39,9 +40,17 @@ if truth and policy != "none":
         m = m * (1.3 if policy == "paper" else 1.0)
         fns.append({"name": f["name"], "calls_observed": 5, "calls_estimated": 50.0, "samples": 5,
                     "mean_ticks": m, "mean_ci_ticks": [0.9 * m, 1.1 * m], "share": 0.1})
+        if os.environ.get("FAKE_ONCPU"):
+            # The newer profiler's fields: on-CPU mean = the unpreempted truth (paper 30% off).
+            u = f["mean_unpreempted_ticks"] * (1.3 if policy == "paper" else 1.0)
+            fns[-1].update({"raw_mean_ticks": m + 50.0, "switched_samples": 1, "oncpu_samples": 4,
+                            "oncpu_mean_ticks": u, "oncpu_mean_ci_ticks": [0.95 * u, 1.05 * u]})
 factor = {"full": 3.0, "paper": 1.2}.get(policy, 1.0 + budget)
+run = {"cpu_s": 1.0 * factor, "wall_s": 0.5, "tsc_hz": 1e9}
+if os.environ.get("FAKE_ONCPU"):
+    run["switch_detection"] = "perf"
 json.dump({"schema": 1, "policy": {"name": policy, "budget": budget},
-           "run": {"cpu_s": 1.0 * factor, "wall_s": 0.5, "tsc_hz": 1e9},
+           "run": run,
            "overhead": {"probes": 4, "functions": 2, "toggles_per_s": 10.0, "samples_per_s": 20.0,
                         "toggle_share": 0.001, "instr_share": 0.01},
            "timeline": [], "functions": fns}, open(os.path.join(out, "profile.json"), "w"))
@@ -53,8 +62,8 @@ import json, sys
 a = sys.argv[1:]
 if "--truth" in a:
     json.dump({"schema": 1, "tool": "latency_lab", "functions": [
-        {"name": "lab_a", "calls": 10, "mean_ticks": 1000.0, "mean_unpreempted_ticks": 1000.0},
-        {"name": "lab_b", "calls": 10, "mean_ticks": 5000.0, "mean_unpreempted_ticks": 5000.0}]},
+        {"name": "lab_a", "calls": 10, "mean_ticks": 1000.0, "mean_unpreempted_ticks": 900.0},
+        {"name": "lab_b", "calls": 10, "mean_ticks": 5000.0, "mean_unpreempted_ticks": 4000.0}]},
         open(a[a.index("--truth") + 1], "w"))
 print("lab done")
 '''
@@ -81,10 +90,11 @@ def fakes(tmp_path):
     return tmp_path
 
 
-def run(fakes: Path, *extra: str) -> subprocess.CompletedProcess:
+def run(fakes: Path, *extra: str, env: dict | None = None) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, str(SCRIPT), "--crossmod", str(fakes / "crossmod"),
                            "--workloads-dir", str(fakes / "w"), "--out", str(fakes / "out"), *extra],
-                          capture_output=True, text=True, timeout=300)
+                          capture_output=True, text=True, timeout=300,
+                          env=None if env is None else {**os.environ, **env})
 
 
 def test_dry_run_plans_interleaved_rounds(fakes):
@@ -151,3 +161,45 @@ def test_stdout_difference_is_noted(fakes):
     rows = list(csv.DictReader((fakes / "out" / "runs.csv").open()))
     assert all("stdout differs" in r["note"] for r in rows if r["policy"] != "baseline")
     assert rows[0]["note"] == ""
+
+
+
+def test_pipeline_with_oncpu_fields(fakes):
+    # A profiler that writes the on-CPU fields; only the latency_lab workloads, one round.
+    p = run(fakes, "--rounds", "1", "--workloads", "lab-cyg,lab-pfe", "--dime-workloads", "lab-pfe",
+            "--budgets", "1,5", env={"FAKE_ONCPU": "1"})
+    assert p.returncode == 0, p.stderr
+    out = fakes / "out"
+    rows = list(csv.DictReader((out / "runs.csv").open()))
+    assert {r["workload"] for r in rows} == {"lab-cyg", "lab-pfe"} and len(rows) == 6 + 8
+    assert all(r["rc"] == "0" and r["note"] == "" for r in rows)
+    # Nothing new is passed to crossmod profile.
+    cmd = (out / "raw" / "lab-cyg" / "budget-r0" / "cmd.txt").read_text().split()
+    assert cmd[1:9] == ["profile", "--policy", "budget", "--out", str(out / "raw" / "lab-cyg" / "budget-r0" / "profile"),
+                        "--quiet", "--budget", "5%"] and cmd[9] == "--"
+    acc = {(r["workload"], r["config"], r["function"]): r for r in csv.DictReader((out / "accuracy.csv").open())}
+    full_b = acc[("lab-cyg", "full", "lab_b")]
+    assert float(full_b["est_oncpu_mean_ticks"]) == 4000.0 and float(full_b["est_raw_mean_ticks"]) == 5050.0
+    assert (full_b["oncpu_ci_lo"], full_b["oncpu_ci_hi"]) == ("3800", "4200")
+    assert full_b["oncpu_covers_unpreempted"] == "1" and full_b["oncpu_within_10pct_unpreempted"] == "1"
+    paper_b = acc[("lab-cyg", "paper", "lab_b")]
+    assert paper_b["oncpu_covers_unpreempted"] == "0" and paper_b["oncpu_within_10pct_unpreempted"] == "0"
+    info = {(r["workload"], r["config"]): r for r in csv.DictReader((out / "information.csv").open())}
+    assert float(info[("lab-cyg", "budget")]["kept_oncpu"]) == 1.0
+    assert float(info[("lab-cyg", "paper")]["kept_oncpu"]) == pytest.approx(0.5)   # 2 seen + 0 of 2
+    assert float(info[("lab-pfe", "dime1")]["kept_oncpu"]) == pytest.approx(0.5)   # lab_b dropped: (1 + 1) / 4
+    dime = {(r["workload"], r["config"]): r for r in csv.DictReader((out / "dime_curve.csv").open())}
+    assert float(dime[("lab-pfe", "dime5")]["kept_oncpu_median"]) == 1.0
+    assert "on-CPU: 2 estimated, 2 covering the unpreempted true mean" in p.stdout
+    assert "kept_oncpu 1.0" in p.stdout
+
+
+def test_pipeline_without_oncpu_fields_leaves_them_empty(fakes):
+    p = run(fakes, "--rounds", "1", "--workloads", "lab-cyg", "--dime-workloads", "lab-cyg", "--budgets", "5")
+    assert p.returncode == 0, p.stderr
+    out = fakes / "out"
+    acc = list(csv.DictReader((out / "accuracy.csv").open()))
+    assert acc and all(r["est_oncpu_mean_ticks"] == "" and r["oncpu_covers_unpreempted"] == "" for r in acc)
+    assert all(r["kept_oncpu"] == "" for r in csv.DictReader((out / "information.csv").open()))
+    assert all(r["kept_oncpu_median"] == "" for r in csv.DictReader((out / "dime_curve.csv").open()))
+    assert "on-CPU" not in p.stdout and "kept_oncpu" not in p.stdout
