@@ -248,6 +248,9 @@ class TruthFn:
     mean_ticks: Optional[float]
     mean_unpreempted_ticks: Optional[float]
     spin_ticks: int
+    # What a call costs besides the spin its truth records (latency_lab measures it at
+    # start; only an uninstrumented run's value is the functions' own): the file's top level.
+    call_overhead_ticks: Optional[float] = None
 
 
 def load_truth(path: Path) -> dict[str, TruthFn]:
@@ -262,13 +265,14 @@ def load_truth(path: Path) -> dict[str, TruthFn]:
     if not isinstance(data, dict) or data.get("tool") != "latency_lab" or data.get("schema") != 1:
         raise InputError(path, "not a latency_lab truth file (schema 1)")
     out = {}
+    overhead = _opt_num(path, "truth", data, "call_overhead_ticks")
     for i, f in enumerate(_req(path, "truth", data, "functions", list)):
         where = f"functions[{i}]"
         name = _req(path, where, f, "name", str)
         out[name] = TruthFn(name=name, calls=int(_req(path, where, f, "calls", (int, float))),
                             mean_ticks=_opt_num(path, where, f, "mean_ticks"),
                             mean_unpreempted_ticks=_opt_num(path, where, f, "mean_unpreempted_ticks"),
-                            spin_ticks=int(f.get("spin_ticks") or 0))
+                            spin_ticks=int(f.get("spin_ticks") or 0), call_overhead_ticks=overhead)
     return out
 
 
@@ -384,6 +388,27 @@ def _covers(ci: Optional[tuple[float, float]], ref: Optional[float]) -> Optional
     return ci[0] <= ref <= ci[1]
 
 
+def baseline_overheads(rows: list[dict[str, Any]]) -> dict[tuple[str, Any], float]:
+    """(workload, round) -> call_overhead_ticks of that round's run without any preload:
+    the spin functions' own fixed cost, which a profiled run's truth file cannot give (its
+    measurement runs under the probes)."""
+    out = {}
+    for r in rows:
+        t = r.get("_truth")
+        if r.get("policy") in ("", None, "baseline") and t:
+            v = next(iter(t.values())).call_overhead_ticks
+            if v is not None:
+                out[(r["workload"], r["round"])] = v
+    return out
+
+
+def _call_truth(t: "TruthFn", overhead: Optional[float]) -> Optional[float]:
+    """A call's true length without preemption: the unpreempted spin mean plus the fixed cost."""
+    if t.mean_unpreempted_ticks is None or overhead is None:
+        return None
+    return t.mean_unpreempted_ticks + overhead
+
+
 def accuracy(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Per latency_lab function, per profiled run with a truth file.
 
@@ -391,12 +416,16 @@ def accuracy(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     time by profilers that write raw_mean_ticks; est_raw_mean_ticks is then the uncompensated
     one) against the true mean of all calls. The on-CPU columns (empty for profiles without
     them) put the mean over the samples without a context switch, and its interval, against
-    the true mean of the calls the kernel did not preempt."""
+    the true mean of the calls the kernel did not preempt, and against the same plus the
+    call's fixed cost measured by the round's uninstrumented run (true_call_ticks, see
+    baseline_overheads): what a compensated estimate of a whole call should be."""
     out = []
+    overheads = baseline_overheads(rows)
     for r in rows:
         prof, truth = r.get("_profile"), r.get("_truth")
         if prof is None or truth is None:
             continue
+        overhead = overheads.get((r["workload"], r["round"]))
         est = prof.by_name()
         for name, t in truth.items():
             f = est.get(name)
@@ -422,6 +451,9 @@ def accuracy(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 "oncpu_ci_lo": oci[0] if oci else None, "oncpu_ci_hi": oci[1] if oci else None,
                 "oncpu_covers_unpreempted": _covers(oci, t.mean_unpreempted_ticks),
                 "oncpu_within_10pct_unpreempted": _within(oncpu, t.mean_unpreempted_ticks),
+                "true_call_ticks": _call_truth(t, overhead),
+                "oncpu_covers_call": _covers(oci, _call_truth(t, overhead)),
+                "oncpu_within_10pct_call": _within(oncpu, _call_truth(t, overhead)),
             })
     return out
 
@@ -437,6 +469,7 @@ def information(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     profile carry on-CPU estimates (Profile.has_oncpu)."""
     full = {(r["workload"], r["round"]): r for r in rows
             if r["policy"] == "full" and r["rc"] == 0 and r.get("_profile") is not None}
+    overheads = baseline_overheads(rows)
     out = []
     for r in rows:
         prof = r.get("_profile")
@@ -457,9 +490,16 @@ def information(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 return {n for n in universe if n in est
                         and _within(est[n].p50_ticks, tr[n].mean_unpreempted_ticks)}
 
+            # On-CPU means against a whole call's true length (unpreempted spin + the fixed
+            # cost from the round's uninstrumented run) when that run is there, else against
+            # the unpreempted spin mean alone.
+            overhead = overheads.get((r["workload"], r["round"]))
+
             def oncpu_ok(p: Profile, tr: dict[str, TruthFn]) -> set[str]:
                 est = p.by_name()
-                return {n for n in tr if n in est and _within(est[n].oncpu_mean_ticks, tr[n].mean_unpreempted_ticks)}
+                ref = {n: (_call_truth(t, overhead) if overhead is not None else t.mean_unpreempted_ticks)
+                       for n, t in tr.items()}
+                return {n for n in tr if n in est and _within(est[n].oncpu_mean_ticks, ref[n])}
             seen_p = prof.seen() & set(truth)
             seen_f = fprof.seen() & set(truth)
             acc_p, acc_f = accurate(prof, truth), accurate(fprof, ftruth)
@@ -592,7 +632,8 @@ def summarize_accuracy(acc: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Per (workload, config): functions with an estimate, covered by their interval,
     within 10% of the true mean (over timed functions); and the on-CPU estimates (0 for
     profiles without them): how many, how many with an interval, how many intervals cover
-    the unpreempted true mean, how many within 10% of it."""
+    the unpreempted true mean, how many within 10% of it, and the same against a whole
+    call's true length (true_call_ticks)."""
     groups: dict[tuple[str, str], list[dict]] = {}
     for a in acc:
         if a["true_mean_ticks"] is None:
@@ -610,7 +651,9 @@ def summarize_accuracy(acc: list[dict[str, Any]]) -> list[dict[str, Any]]:
                     "oncpu_with_ci": sum(1 for a in oncpu if a.get("oncpu_ci_lo") is not None),
                     "oncpu_covers_unpreempted": sum(1 for a in oncpu if a.get("oncpu_covers_unpreempted")),
                     "oncpu_within_10pct_unpreempted": sum(1 for a in oncpu
-                                                          if a.get("oncpu_within_10pct_unpreempted"))})
+                                                          if a.get("oncpu_within_10pct_unpreempted")),
+                    "oncpu_covers_call": sum(1 for a in oncpu if a.get("oncpu_covers_call")),
+                    "oncpu_within_10pct_call": sum(1 for a in oncpu if a.get("oncpu_within_10pct_call"))})
     return out
 
 
