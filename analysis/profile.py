@@ -251,6 +251,9 @@ class TruthFn:
     # What a call costs besides the spin its truth records (latency_lab measures it at
     # start; only an uninstrumented run's value is the functions' own): the file's top level.
     call_overhead_ticks: Optional[float] = None
+    # Mean over the calls during which the thread did not leave the CPU (latency_lab reads
+    # the same kernel switch sequence as the profiler around each spin); None in older files.
+    mean_oncpu_ticks: Optional[float] = None
 
 
 def load_truth(path: Path) -> dict[str, TruthFn]:
@@ -272,7 +275,8 @@ def load_truth(path: Path) -> dict[str, TruthFn]:
         out[name] = TruthFn(name=name, calls=int(_req(path, where, f, "calls", (int, float))),
                             mean_ticks=_opt_num(path, where, f, "mean_ticks"),
                             mean_unpreempted_ticks=_opt_num(path, where, f, "mean_unpreempted_ticks"),
-                            spin_ticks=int(f.get("spin_ticks") or 0), call_overhead_ticks=overhead)
+                            spin_ticks=int(f.get("spin_ticks") or 0), call_overhead_ticks=overhead,
+                            mean_oncpu_ticks=_opt_num(path, where, f, "mean_oncpu_ticks"))
     return out
 
 
@@ -403,10 +407,13 @@ def baseline_overheads(rows: list[dict[str, Any]]) -> dict[tuple[str, Any], floa
 
 
 def _call_truth(t: "TruthFn", overhead: Optional[float]) -> Optional[float]:
-    """A call's true length without preemption: the unpreempted spin mean plus the fixed cost."""
-    if t.mean_unpreempted_ticks is None or overhead is None:
+    """A call's true length on CPU: the spin mean over the calls without a context switch
+    (the profiler's on-CPU estimand; the unpreempted mean in older truth files) plus the
+    fixed cost."""
+    spin = t.mean_oncpu_ticks if t.mean_oncpu_ticks is not None else t.mean_unpreempted_ticks
+    if spin is None or overhead is None:
         return None
-    return t.mean_unpreempted_ticks + overhead
+    return spin + overhead
 
 
 def accuracy(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:

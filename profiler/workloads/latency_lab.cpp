@@ -11,6 +11,10 @@
 //
 //   latency_lab [--threads 8] [--iterations N | --seconds S] [--truth FILE.json]
 // Exit 0; bad options: one line on stderr, exit 2.
+#include <linux/perf_event.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 #include <x86intrin.h>
 
 #include <atomic>
@@ -67,25 +71,65 @@ struct Truth {
   double sumsq[kFnCount] = {};
   std::uint64_t preempted[kFnCount] = {};       // calls whose body took > 2 x nominal + 20k ticks
   std::uint64_t preempted_ticks[kFnCount] = {};
+  std::uint64_t switched[kFnCount] = {};        // calls during which the thread left the CPU
+  std::uint64_t switched_ticks[kFnCount] = {};
 };
 thread_local Truth* t_truth = nullptr;
+// The thread's context-switch sequence: the `lock` word of a perf software counter's mmap
+// page, which the kernel rewrites whenever the thread is scheduled in (nullptr: no page, the
+// kernel refused perf_event_open; then nothing counts as switched and the truth says so).
+// The same kernel fact the profiler uses, read by the program itself around each spin.
+thread_local const std::uint32_t* t_switch_page = nullptr;
+std::atomic<bool> g_switch_pages{true};
+
+const std::uint32_t* open_switch_page() noexcept {
+  perf_event_attr a{};
+  a.size = sizeof a;
+  a.type = PERF_TYPE_SOFTWARE;
+  a.config = PERF_COUNT_SW_TASK_CLOCK;
+  a.exclude_kernel = 1;
+  a.exclude_hv = 1;
+  const long fd = syscall(SYS_perf_event_open, &a, 0, -1, -1, PERF_FLAG_FD_CLOEXEC);
+  if (fd < 0) return nullptr;
+  void* p = mmap(nullptr, static_cast<std::size_t>(sysconf(_SC_PAGESIZE)), PROT_READ, MAP_SHARED,
+                 static_cast<int>(fd), 0);
+  close(static_cast<int>(fd));
+  if (p == MAP_FAILED) return nullptr;
+  return &static_cast<const perf_event_mmap_page*>(p)->lock;
+}
 
 LAB_HELPER std::uint64_t tsc() noexcept { return __rdtsc(); }
 
-// Spins until `ticks` TSC ticks have passed since its first rdtsc; returns the elapsed
-// ticks between its first and last rdtsc: the call's body time.
-LAB_HELPER std::uint64_t spin(std::uint64_t ticks) noexcept {
+LAB_HELPER std::uint32_t switch_seq() noexcept {
+  return t_switch_page != nullptr ? __atomic_load_n(t_switch_page, __ATOMIC_ACQUIRE) : 0;
+}
+
+// A spin's outcome: the elapsed ticks between its first and last rdtsc (the call's body
+// time) and whether the thread left the CPU meanwhile.
+struct Spun {
+  std::uint64_t ticks;
+  bool switched;
+};
+
+// Spins until `ticks` TSC ticks have passed since its first rdtsc.
+LAB_HELPER Spun spin(std::uint64_t ticks) noexcept {
+  const std::uint32_t seq = switch_seq();
   const std::uint64_t start = tsc();
   std::uint64_t now = start;
   while (now - start < ticks) {
     _mm_pause();
     now = tsc();
   }
-  return now - start;
+  return {now - start, switch_seq() != seq};
 }
 
-LAB_HELPER void record(Fn f, std::uint64_t ticks) noexcept {
+LAB_HELPER void record(Fn f, Spun s) noexcept {
   Truth& t = *t_truth;
+  const std::uint64_t ticks = s.ticks;
+  if (s.switched) {
+    ++t.switched[f];
+    t.switched_ticks[f] += ticks;
+  }
   ++t.calls[f];
   t.ticks[f] += ticks;
   t.sumsq[f] += static_cast<double>(ticks) * static_cast<double>(ticks);
@@ -108,12 +152,14 @@ LAB_NOIPA void lab_leaf_100k() { record(kLeaf100k, spin(100000)); }
 LAB_NOIPA void lab_rare_50k() { record(kRare50k, spin(50000)); }
 LAB_NOIPA void lab_inner_3k() { record(kInner3k, spin(3000)); }
 LAB_NOIPA void lab_outer() {
+  const std::uint32_t seq = switch_seq();
   const std::uint64_t start = tsc();
   spin(2000);
   lab_inner_3k();
   lab_inner_3k();
   spin(1000);
-  record(kOuter, tsc() - start);
+  const std::uint64_t end = tsc();
+  record(kOuter, {end - start, switch_seq() != seq});
 }
 LAB_NOIPA std::uint64_t lab_tiny(std::uint64_t x) {
   ++t_truth->calls[kTiny];
@@ -176,6 +222,10 @@ double measure_call_overhead() {
     for (int k = 0; k < kCalls; ++k) lab_leaf_200();
     const std::uint64_t t1 = tsc();
     const double per = (static_cast<double>(t1 - t0) - static_cast<double>(scratch.ticks[kLeaf200] - s0)) / kCalls;
+    if (scratch.switched[kLeaf200] != 0) {  // the round left the CPU: not a clean round
+      scratch.switched[kLeaf200] = 0;
+      continue;
+    }
     best = std::min(best, per);
   }
   t_truth = nullptr;
@@ -228,6 +278,7 @@ int main(int argc, char** argv) {
   }
 
   const double tsc_hz = measure_tsc_hz();
+  t_switch_page = open_switch_page();
   const double call_overhead = measure_call_overhead();
   const std::uint64_t deadline_ticks = static_cast<std::uint64_t>(seconds * tsc_hz);
   std::vector<Truth> truths(threads);
@@ -237,6 +288,8 @@ int main(int argc, char** argv) {
   for (std::uint64_t t = 0; t < threads; ++t) {
     pool.emplace_back([&, t] {
       t_truth = &truths[t];
+      t_switch_page = open_switch_page();
+      if (t_switch_page == nullptr) g_switch_pages.store(false, std::memory_order_relaxed);
       std::uint64_t acc = t + 1, i = 0;
       const std::uint64_t start = tsc();
       for (;; ++i) {
@@ -259,6 +312,8 @@ int main(int argc, char** argv) {
       total.sumsq[f] += truths[t].sumsq[f];
       total.preempted[f] += truths[t].preempted[f];
       total.preempted_ticks[f] += truths[t].preempted_ticks[f];
+      total.switched[f] += truths[t].switched[f];
+      total.switched_ticks[f] += truths[t].switched_ticks[f];
     }
     all_iters += iters_done[t];
     acc ^= accs[t];
@@ -271,7 +326,12 @@ int main(int argc, char** argv) {
                       "of the measurement\",\n");
     std::fprintf(out, "  \"threads\": %" PRIu64 ",\n  \"iterations\": %" PRIu64 ",\n  \"wall_s\": %.6f,\n  \"tsc_hz\": %.1f,\n",
                  threads, all_iters, wall, tsc_hz);
-    std::fprintf(out, "  \"call_overhead_ticks\": %.1f,\n", call_overhead);
+    if (call_overhead < 1e299)
+      std::fprintf(out, "  \"call_overhead_ticks\": %.1f,\n", call_overhead);
+    else  // every round left the CPU
+      std::fprintf(out, "  \"call_overhead_ticks\": null,\n");
+    const bool sw = g_switch_pages.load(std::memory_order_relaxed);
+    std::fprintf(out, "  \"switch_detection\": \"%s\",\n", sw ? "perf" : "unavailable");
     std::fprintf(out, "  \"functions\": [\n");
     for (unsigned f = 0; f < kFnCount; ++f) {
       const bool timed = f != kTiny;
@@ -285,13 +345,23 @@ int main(int argc, char** argv) {
         std::fprintf(out, ", \"mean_ticks\": %.3f, \"sd_ticks\": %.3f, \"preempted_calls\": %" PRIu64, mean,
                      std::sqrt(var), total.preempted[f]);
         if (quiet > 0)
-          std::fprintf(out, ", \"mean_unpreempted_ticks\": %.3f}",
+          std::fprintf(out, ", \"mean_unpreempted_ticks\": %.3f",
                        static_cast<double>(total.ticks[f] - total.preempted_ticks[f]) / static_cast<double>(quiet));
         else
-          std::fprintf(out, ", \"mean_unpreempted_ticks\": null}");
+          std::fprintf(out, ", \"mean_unpreempted_ticks\": null");
+        const std::uint64_t oncpu = total.calls[f] - total.switched[f];
+        if (sw)
+          std::fprintf(out, ", \"switched_calls\": %" PRIu64, total.switched[f]);
+        else
+          std::fprintf(out, ", \"switched_calls\": null");
+        if (sw && oncpu > 0)
+          std::fprintf(out, ", \"mean_oncpu_ticks\": %.3f}",
+                       static_cast<double>(total.ticks[f] - total.switched_ticks[f]) / static_cast<double>(oncpu));
+        else
+          std::fprintf(out, ", \"mean_oncpu_ticks\": null}");
       } else {
         std::fprintf(out, ", \"mean_ticks\": null, \"sd_ticks\": null, \"preempted_calls\": null, "
-                          "\"mean_unpreempted_ticks\": null}");
+                          "\"mean_unpreempted_ticks\": null, \"switched_calls\": null, \"mean_oncpu_ticks\": null}");
       }
       std::fprintf(out, "%s\n", f + 1 < kFnCount ? "," : "");
     }
