@@ -159,13 +159,20 @@ inline void dispatch(std::uint32_t id, std::uint64_t tsc) noexcept {
 
 // Shadow stack: the TSC of each executed entry hook, matched by function at exit.
 // An exit hook may never run for a frame (its exit site is off, longjmp, an exception):
-// before pushing, frames whose entry hook ran at or below this one's stack address are
-// dropped - they cannot be live callers. The stack never holds more than kShadowDepth
-// frames: deeper entries are not recorded, and their exits may get an outer recursive
-// frame's timestamp or 0 (wrong timing, never a crash).
+// before pushing, frames whose entry hook ran below this one's stack address are dropped -
+// they cannot be live callers. At the same address the frame is a live caller when the
+// new entry is a copy inlined into it (GCC calls the hook of every inlined copy from the
+// containing function's frame: dropping it lost the exit timing of every function that
+// inlines an instrumented one, kvpipe_cyg's put, get, worker, ...), and stale when it is
+// the same function entered again from that frame (a sibling call whose exit was missed).
+// The stack never holds more than kShadowDepth frames: deeper entries are not recorded,
+// and their exits may get an outer recursive frame's timestamp or 0 (wrong timing, never
+// a crash).
 inline void push_frame(ThreadState& ts, std::uintptr_t fn, std::uint64_t tsc,
                        std::uintptr_t sp) noexcept {
-  while (ts.depth > 0 && ts.frames[ts.depth - 1].sp <= sp) --ts.depth;
+  while (ts.depth > 0 && (ts.frames[ts.depth - 1].sp < sp ||
+                          (ts.frames[ts.depth - 1].sp == sp && ts.frames[ts.depth - 1].function == fn)))
+    --ts.depth;
   if (ts.depth < kShadowDepth) ts.frames[ts.depth++] = {fn, tsc, sp};
 }
 

@@ -220,6 +220,22 @@ TEST(ProfileInlinedCopies, AllCopiesSwitchOff) {
   EXPECT_LT((*hot)["samples"].get<unsigned long>(), t.at("hot") / 200) << "a copy's probe stayed on";
 }
 
+// A function that inlines an instrumented one: the inlined copy's entry hook runs from the
+// caller's own frame, and the cyg shadow stack used to drop the caller's frame there, so
+// every exit of caller_a / caller_b came without an entry TSC (no latency at all).
+TEST(ProfileInlinedCopies, CallersOfInlinedCopiesKeepTheirLatency) {
+  const Outcome r = crossmod("inline-full", std::string("--quiet --policy full -- ") + PROF_INLINE_CYG + " 20000");
+  ASSERT_EQ(r.status, 0) << r.err;
+  const json j = report(r);
+  for (const char* name : {"(anonymous namespace)::caller_a(unsigned int)", "(anonymous namespace)::caller_b(unsigned int)",
+                           "(anonymous namespace)::hot(unsigned int)"}) {
+    const json* f = function(j, name);
+    ASSERT_NE(f, nullptr) << name;
+    EXPECT_EQ((*f)["exits_without_entry"].get<unsigned long>(), 0u) << name;
+    EXPECT_EQ((*f)["samples"].get<unsigned long>(), (*f)["calls_observed"].get<unsigned long>()) << name;
+  }
+}
+
 // fork without exec: the child's calls land in the parent's (shared) segment; under `full`
 // the report's count is exactly both processes' calls.
 TEST(ProfileFork, ChildCountsAddUp) {
