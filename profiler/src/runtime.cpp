@@ -335,9 +335,11 @@ void on_exit(cp::ProbeId id, std::uint64_t tsc) noexcept {
   }
   // An entry TSC from before this window's activation is not this window's call: the cyg
   // shadow stack can hand back a frame whose exit ran while the exit probe was off.
-  if (tsc != 0 && tsc < A(f.armed_tsc).load(std::memory_order_relaxed)) [[unlikely]] {
+  if (tsc == 0) [[unlikely]] {
+    add(f.blind_exits, 1);
+  } else if (tsc < A(f.armed_tsc).load(std::memory_order_relaxed)) [[unlikely]] {
     add(g_hdr->stale_exits, 1);
-  } else if (tsc != 0 && t0 > tsc) {
+  } else if (t0 > tsc) {
     const std::uint64_t raw = t0 - tsc;
     std::uint64_t d = raw;
     if (fr != nullptr) {

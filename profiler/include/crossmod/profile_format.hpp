@@ -131,6 +131,7 @@ struct FuncRecord {
   // the calls it made) is taken off. raw_sum_ticks keeps the durations as timed.
   std::uint64_t raw_sum_ticks;
   std::uint64_t uncompensated;  // samples without their entry frame (stack overflowed): raw
+  std::uint64_t blind_exits;    // exit hits without an entry TSC (entry not seen: no sample)
   // Context switches (the thread's perf page sequence changed between entry and exit):
   std::uint64_t sw_samples;     // samples during which the thread was switched out
   std::uint64_t sw_sum_ticks;
