@@ -115,7 +115,10 @@ cp::ProbeId g_calib_cyg_entry = cp::kNoProbe, g_calib_cyg_exit = cp::kNoProbe;  
 constexpr std::uint32_t kCalibSlot = UINT32_MAX;
 FuncRecord g_calib_rec{};
 // Header::self_ticks, read on every sample: subtracted from the compensated duration.
-std::uint64_t g_self[4] = {};
+std::int64_t g_self[4] = {};
+// calibrate_self: the signed sum of raw - accounted over the calibration site's samples
+// (the stored durations are clamped at 0 and would hide an over-subtraction).
+std::int64_t g_calib_signed = 0;
 
 // While the constructor replays the probes found before main, patchable exit probes are
 // held back here (slot, probe id) until every patchable function is known: see tail_calls.
@@ -343,8 +346,10 @@ void on_exit(cp::ProbeId id, std::uint64_t tsc) noexcept {
     const std::uint64_t raw = t0 - tsc;
     std::uint64_t d = raw;
     if (fr != nullptr) {
-      const std::uint64_t inside = instr_now - fr->instr + g_self[f.provider & 3];
-      d = raw > inside ? raw - inside : 0;
+      const std::int64_t left = static_cast<std::int64_t>(raw) - static_cast<std::int64_t>(instr_now - fr->instr);
+      if (&f == &g_calib_rec) [[unlikely]] g_calib_signed += left;
+      const std::int64_t net = left - g_self[f.provider & 3];
+      d = net > 0 ? static_cast<std::uint64_t>(net) : 0;
     } else {
       add(f.uncompensated, 1);
     }
@@ -563,14 +568,15 @@ void calibrate() noexcept {
 }
 
 // Compensation's remainder: what a call of an empty function (a volatile increment, a few
-// ticks) measures through on_entry / on_exit after its instrumentation time is taken off:
-// the parts of the two hits the accounting does not see (the layer's work before
-// on_entry's first rdtsc, and after the function returns, before on_exit's), so that an
-// empty function measures ~0. Minimum over rounds of each round's mean (interrupts only
-// add). Runs in
-// the constructor, before the daemon and any thread of the program; the policy is `full`
-// meanwhile so that no sample quota or budget switches the site off, and the thread's
-// counters are put back so the calibration is not charged to the program.
+// ticks) measures through on_entry / on_exit once the instrumentation time accounted inside
+// it is taken off. The accounting charges a hit its measured probe-function time plus the
+// fixed cost calibrate() found (on the patchable site); what a hit really adds to an
+// interval differs by provider (the layer's work before on_entry's first rdtsc and after
+// the function returns, before on_exit's): positive, the accounting misses some; negative,
+// it takes off too much. Taken signed, so that an empty function measures ~0 either way.
+// Runs in the constructor, before the daemon and any thread of the program; the policy is
+// `full` meanwhile so that no sample quota or budget switches the site off, and the
+// thread's counters are put back so the calibration is not charged to the program.
 void calibrate_self(cp::ProbeId entry, cp::ProbeId exit, void (*target)(volatile unsigned*),
                     cp::Provider provider) noexcept {
   if (entry == cp::kNoProbe || exit == cp::kNoProbe) return;
@@ -586,25 +592,32 @@ void calibrate_self(cp::ProbeId entry, cp::ProbeId exit, void (*target)(volatile
   g_slot[entry].store(kCalibSlot, std::memory_order_release);
   g_slot[exit].store(kCalibSlot, std::memory_order_release);
   volatile unsigned counter = 0;
-  double best_on = 1e300;
+  double means[kRounds];
+  int rounds = 0;
   for (int r = 0; r < kRounds; ++r) {
     if (cp::activate(exit, on_exit) != cp::Status::ok || cp::activate(entry, on_entry) != cp::Status::ok) break;
-    const std::uint64_t n0 = g_calib_rec.samples, s0 = g_calib_rec.sum_ticks;
+    const std::uint64_t n0 = g_calib_rec.samples - g_calib_rec.uncompensated;
+    g_calib_signed = 0;
     for (int i = 0; i < kCalls; ++i) target(&counter);
     (void)cp::deactivate(entry);
     (void)cp::deactivate(exit);
-    if (g_calib_rec.samples > n0)
-      best_on = std::min(best_on, static_cast<double>(g_calib_rec.sum_ticks - s0) /
-                                      static_cast<double>(g_calib_rec.samples - n0));
+    const std::uint64_t n = g_calib_rec.samples - g_calib_rec.uncompensated - n0;
+    if (n > 0) means[rounds++] = static_cast<double>(g_calib_signed) / static_cast<double>(n);
   }
   g_slot[entry].store(0, std::memory_order_release);
   g_slot[exit].store(0, std::memory_order_release);
   g_cfg.policy = policy;
   *t.rec = saved;
   t.depth = 0;
-  if (best_on < 1e300)
-    g_hdr->self_ticks[static_cast<unsigned>(provider) & 3] = g_self[static_cast<unsigned>(provider) & 3] =
-        static_cast<std::uint64_t>(best_on);
+  if (rounds == 0) return;
+  // The median round: an interrupt makes a round's mean larger, a lucky cache state
+  // smaller; neither extreme is the typical hit.
+  for (int a = 1; a < rounds; ++a)  // insertion sort: seven values
+    for (int b = a; b > 0 && means[b - 1] > means[b]; --b) std::swap(means[b - 1], means[b]);
+  const auto v = static_cast<std::int64_t>(std::llround(means[rounds / 2]));
+  const unsigned k = static_cast<unsigned>(provider) & 3;
+  g_hdr->self_ticks[k] = g_self[k] = v;
+  g_hdr->flags |= kFlagSelfCalibrated << k;
 }
 
 // Batch means over epochs: the samples a function took since the last fold form one batch.

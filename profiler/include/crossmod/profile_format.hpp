@@ -52,9 +52,10 @@ struct Header {
   double ci;
   std::uint64_t calib_ticks;    // fixed cost of one active probe hit (0: not calibrated)
   // Per provider (crossmod::probes::Provider value): what an empty function's call measures
-  // after compensation, taken off every sample of that provider's functions (0: not
-  // calibrated; tracepoints have no calibration site).
-  std::uint64_t self_ticks[4];
+  // after compensation, taken off every sample of that provider's functions; negative when
+  // the accounted cost of a hit exceeds what a hit adds to an interval (0: not calibrated;
+  // tracepoints have no calibration site).
+  std::int64_t self_ticks[4];
   std::uint64_t start_tsc;
   // Written by the program while it runs (atomic_ref).
   std::uint64_t end_tsc;        // set at a clean exit (atexit), 0 otherwise
@@ -85,6 +86,7 @@ inline constexpr std::uint64_t kFlagDaemon = 1;       // the daemon thread start
 inline constexpr std::uint64_t kFlagCalibrated = 2;
 inline constexpr std::uint64_t kFlagTraceUnsupported = 4;
 inline constexpr std::uint64_t kFlagSwitchDetect = 8;  // threads get a perf page (see runtime.cpp)
+inline constexpr std::uint64_t kFlagSelfCalibrated = 16;  // << provider: self_ticks[provider] was measured
 
 // The function's exit probe is left off: it may tail-call (see runtime.cpp, tail_calls).
 inline constexpr std::uint32_t kFuncNoExit = 1;

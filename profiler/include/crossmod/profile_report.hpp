@@ -79,7 +79,8 @@ struct ProfileData {
   unsigned segments = 0;
   std::uint64_t probes = 0, toggles = 0, toggle_ticks = 0, instr_ticks = 0, calib_ticks = 0;
   std::uint64_t dropped_funcs = 0, dropped_threads = 0, threads = 0, budget_offs = 0, capped_hits = 0, stale_exits = 0;
-  std::uint64_t self_ticks[4] = {};  // per provider (Header::self_ticks)
+  std::int64_t self_ticks[4] = {};  // per provider (Header::self_ticks)
+  bool self_calibrated[4] = {};
   bool switch_detect = false;        // some segment's threads had perf pages
   std::uint64_t switch_errno = 0;    // why not, when not
   std::vector<FunctionStats> functions;  // merged over segments by (object, name)

@@ -125,7 +125,11 @@ ProfileData read_segments(const std::string& raw_dir, const RunInfo& run) {
     d.toggles += h.toggles;
     d.toggle_ticks += h.toggle_ticks;
     d.calib_ticks = std::max(d.calib_ticks, h.calib_ticks);
-    for (unsigned i = 0; i < 4; ++i) d.self_ticks[i] = std::max(d.self_ticks[i], h.self_ticks[i]);
+    if (k == 0)  // the first image's calibration (each image calibrates for itself)
+      for (unsigned i = 0; i < 4; ++i) {
+        d.self_ticks[i] = h.self_ticks[i];
+        d.self_calibrated[i] = (h.flags & (kFlagSelfCalibrated << i)) != 0;
+      }
     d.dropped_funcs += h.dropped_funcs;
     d.dropped_threads += h.dropped_threads;
     d.budget_offs += h.budget_offs;
@@ -412,7 +416,8 @@ nlohmann::json report_json(const ProfileData& d, const RunInfo& run, const std::
                    {"toggle_ticks", d.toggle_ticks},
                    {"toggle_share", cpu_ticks > 0 ? static_cast<double>(d.toggle_ticks) / cpu_ticks : 0.0},
                    {"calib_ticks_per_hit", d.calib_ticks},
-                   {"self_ticks", {{"cyg", d.self_ticks[0]}, {"patchable", d.self_ticks[1]}}},
+                   {"self_ticks", {{"cyg", d.self_calibrated[0] ? json(d.self_ticks[0]) : json()},
+                                   {"patchable", d.self_calibrated[1] ? json(d.self_ticks[1]) : json()}}},
                    {"budget_offs", d.budget_offs},
                    {"capped_hits", d.capped_hits},
                    {"stale_exits", d.stale_exits}};
