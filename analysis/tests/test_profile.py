@@ -535,3 +535,15 @@ def test_call_truth_adds_the_baseline_runs_overhead(oncpu_folder):
     # paper's lab_a (1.3x of the spin) is 18% over the whole call: still not accurate.
     assert info["paper"]["oncpu_accurate"] <= 2
     assert prof.baseline_overheads(rows) == {("lab-cyg", 0): pytest.approx(0.10 * TRUTH["lab_a"])}
+
+
+def test_information_full_next_is_the_noise_floor_without_truth(eval_folder):
+    """Without a truth file, round r+1's full is judged against round r's full ('full-next');
+    with a truth file no such row is made."""
+    rows = prof.attach(prof.load_runs(eval_folder / "runs.csv"), eval_folder)
+    assert not any(i["config"] == "full-next" for i in prof.information(rows))
+    for r in rows:
+        r["_truth"] = None
+    info = [i for i in prof.information(rows) if i["config"] == "full-next"]
+    assert [i["round"] for i in info] == [0]   # two rounds: one pair
+    assert info[0]["basis"] == "full" and info[0]["kept_seen"] == 1.0
