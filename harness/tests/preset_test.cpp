@@ -1,4 +1,4 @@
-// Sweep presets: the shipped presets parse, and bad input is one clear UsageError that
+// Sweep presets and durations: the shipped presets parse, and bad input is one clear UsageError that
 // names the file and line.
 #include <gtest/gtest.h>
 
@@ -6,6 +6,7 @@
 
 #include "commands/commands.hpp"
 #include "runs/preset.hpp"
+#include "runs/sweep.hpp"
 
 namespace crossmod::harness {
 namespace {
@@ -166,6 +167,37 @@ TEST(Preset, ShippedPresetsParse) {
   EXPECT_EQ(paper.reps, 5u);
   EXPECT_EQ(paper.toggles, 50000000u);
   EXPECT_THROW(find_preset("no-such-preset"), UsageError);
+}
+
+}  // namespace
+}  // namespace crossmod::harness
+
+namespace crossmod::harness {
+namespace {
+
+// The one duration parser of every command (sweep, soak, calibrate, crosscheck --for;
+// profile --period/--epoch): hours down to nanoseconds, compound forms, clear errors.
+TEST(Duration, ParsesEveryUnitAndCompoundForms) {
+  EXPECT_DOUBLE_EQ(parse_duration("2h", "--for"), 7200);
+  EXPECT_DOUBLE_EQ(parse_duration("90m", "--for"), 5400);
+  EXPECT_DOUBLE_EQ(parse_duration("1h30m", "--for"), 5400);
+  EXPECT_DOUBLE_EQ(parse_duration("45", "--for"), 45);
+  EXPECT_DOUBLE_EQ(parse_duration("1.5s", "--for"), 1.5);
+  EXPECT_DOUBLE_EQ(parse_duration("10ms", "--period"), 0.01);
+  EXPECT_DOUBLE_EQ(parse_duration("250us", "--period"), 250e-6);
+  EXPECT_DOUBLE_EQ(parse_duration("500ns", "--period"), 500e-9);
+  EXPECT_DOUBLE_EQ(parse_duration("1m30s", "--for"), 90);
+}
+
+TEST(Duration, BadTextNamesTheOption) {
+  for (const char* bad : {"", "h", "10x", "1h30", "10 ms", "-5s", "1.2.3s", "0", "0s", "5mss"}) {
+    try {
+      (void)parse_duration(bad, "--for");
+      ADD_FAILURE() << "accepted '" << bad << "'";
+    } catch (const UsageError& e) {
+      EXPECT_NE(std::string(e.what()).find("--for"), std::string::npos) << bad;
+    }
+  }
 }
 
 }  // namespace

@@ -95,39 +95,6 @@ std::vector<std::uint64_t> parse_list(const std::string& text, const char* what)
   return v;
 }
 
-// "90", "90s", "10m", "2h", "1h30m" -> seconds.
-double parse_duration(const std::string& text) {
-  if (text.empty()) throw UsageError("--for: empty duration");
-  double total = 0;
-  std::size_t i = 0;
-  while (i < text.size()) {
-    std::size_t j = i;
-    while (j < text.size() && (std::isdigit(static_cast<unsigned char>(text[j])) || text[j] == '.')) ++j;
-    if (j == i) throw UsageError(fmt::format("--for: '{}' is not a duration like 90s, 10m, 1h30m", text));
-    double v = 0;
-    try {
-      v = std::stod(text.substr(i, j - i));
-    } catch (const std::exception&) {
-      throw UsageError(fmt::format("--for: '{}' is not a duration like 90s, 10m, 1h30m", text));
-    }
-    double unit = 1;
-    if (j < text.size()) {
-      switch (text[j]) {
-        case 's': unit = 1; break;
-        case 'm': unit = 60; break;
-        case 'h': unit = 3600; break;
-        default: throw UsageError(fmt::format("--for: '{}' is not a duration like 90s, 10m, 1h30m", text));
-      }
-      ++j;
-    } else if (i != 0) {
-      throw UsageError(fmt::format("--for: '{}': a number without unit is only allowed alone", text));
-    }
-    total += v * unit;
-    i = j;
-  }
-  if (!(total > 0)) throw UsageError("--for: the duration must be positive");
-  return total;
-}
 
 struct Run {
   unsigned round = 0;
@@ -393,7 +360,7 @@ void run_crosscheck(const Args& a) {
   if (a.rounds && !a.for_.empty()) throw UsageError("give at most one of --rounds N and --for DURATION");
   if (a.rounds && *a.rounds == 0) throw UsageError("--rounds must be at least 1");
   // 0 = no time budget (a plain double: GCC 12 misreads an optional<double> here).
-  const double budget = a.for_.empty() ? 0.0 : parse_duration(a.for_);
+  const double budget = a.for_.empty() ? 0.0 : parse_duration(a.for_, "--for");
   const bool has_budget = budget > 0;
   const unsigned max_rounds = a.rounds.value_or(has_budget ? UINT32_MAX : 1u);
   if (a.watchdog && !(*a.watchdog > 0)) throw UsageError("--watchdog must be positive");

@@ -16,6 +16,7 @@
 
 #include <CLI/CLI.hpp>
 #include <cerrno>
+#include <cctype>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -29,6 +30,7 @@
 #include "crossmod/machine.hpp"
 #include "crossmod/x86.hpp"
 #include "results/results_io.hpp"
+#include "runs/sweep.hpp"
 #include "crossmod/profile_report.hpp"
 
 extern char** environ;
@@ -83,17 +85,11 @@ double parse_fraction(const std::string& flag, const std::string& s) {
 }
 
 // "10ms", "500us", "2s", "100000ns" -> seconds, in [100us, 10s].
-double parse_duration(const std::string& flag, const std::string& s) {
-  char* end = nullptr;
-  const double x = std::strtod(s.c_str(), &end);
-  const std::string unit = end != nullptr ? end : "";
-  double scale = 0;
-  if (unit == "s") scale = 1;
-  else if (unit == "ms") scale = 1e-3;
-  else if (unit == "us") scale = 1e-6;
-  else if (unit == "ns") scale = 1e-9;
-  const double v = x * scale;
-  if (s.empty() || scale == 0 || !std::isfinite(v) || v < 100e-6 || v > 10)
+// An epoch or period: parse_duration's forms with a unit (a bare "10" is too easily meant as
+// milliseconds), between 100us and 10s.
+double parse_period(const std::string& flag, const std::string& s) {
+  const double v = parse_duration(s, "profile: " + flag);
+  if (std::isdigit(static_cast<unsigned char>(s.back())) || v < 100e-6 || v > 10)
     throw UsageError(fmt::format("profile: {} '{}' is not a duration between 100us and 10s (e.g. 10ms)", flag, s));
   return v;
 }
@@ -135,8 +131,8 @@ void run_profile(const ProfileOptions& o) {
   run.policy.name = o.policy;
   run.policy.budget = parse_fraction("--budget", o.budget);
   run.policy.ci = parse_fraction("--ci", o.ci);
-  run.policy.period_s = parse_duration("--period", o.period);
-  run.policy.epoch_s = parse_duration("--epoch", o.epoch);
+  run.policy.period_s = parse_period("--period", o.period);
+  run.policy.epoch_s = parse_period("--epoch", o.epoch);
   if (o.samples == 0 || o.samples > 1'000'000) throw UsageError("profile: --samples must be in 1..1000000");
   run.policy.samples = o.samples;
   if (o.functions.empty()) throw UsageError("profile: --functions must not be empty");

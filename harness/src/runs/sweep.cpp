@@ -132,7 +132,7 @@ Resumed find_resume(const std::string& dir, const std::string& kind, const std::
 
 double parse_duration(const std::string& text, const std::string& what) {
   auto bad = [&] {
-    return UsageError(fmt::format("{}: '{}' is not a duration (e.g. 2h, 90m, 45s, 1h30m)", what, text));
+    return UsageError(fmt::format("{}: '{}' is not a duration (e.g. 2h, 90m, 45s, 1h30m, 10ms)", what, text));
   };
   if (text.empty()) throw bad();
   double total = 0;
@@ -151,12 +151,15 @@ double parse_duration(const std::string& text, const std::string& what) {
       total += v;
       break;
     }
-    const char u = text[j];
-    const double mult = u == 'h' ? 3600 : u == 'm' ? 60 : u == 's' ? 1 : -1;
+    std::size_t k = j;
+    while (k < text.size() && std::isalpha(static_cast<unsigned char>(text[k]))) ++k;
+    const std::string u = text.substr(j, k - j);
+    const double mult = u == "h" ? 3600 : u == "m" ? 60 : u == "s" ? 1 : u == "ms" ? 1e-3 : u == "us" ? 1e-6
+                        : u == "ns" ? 1e-9 : -1;
     if (mult < 0) throw bad();
     total += v * mult;
     any_unit = true;
-    i = j + 1;
+    i = k;
   }
   if (!(total > 0)) throw UsageError(fmt::format("{}: the duration must be > 0", what));
   return total;

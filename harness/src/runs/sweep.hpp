@@ -33,6 +33,8 @@ void reset_for_tests();
 std::string format_duration(double seconds);
 // The inverse, for flags: "2h", "90m", "45s", "1h30m", "1.5h" or plain seconds ("600").
 // Throws UsageError naming `what` for anything else or a duration <= 0.
+// "2h", "90m", "45s", "1h30m", "10ms", "250us", "500ns", or a bare number of seconds ->
+// seconds (> 0). Bad text: UsageError naming `what`.
 double parse_duration(const std::string& text, const std::string& what);
 
 // --resume for a command whose rows are a results CSV of run kind `kind` in `dir`: the
