@@ -152,6 +152,7 @@ struct Tls {
   std::uint64_t spent;
   Frame* frames;  // nullptr beyond max_threads: samples go uncompensated
   const std::uint32_t* seq_page;
+  std::uint64_t discovered_tsc;  // TSC at the end of this thread's last discovery callback
   std::uint32_t index;
   std::uint32_t depth;
   bool registered;
@@ -340,6 +341,8 @@ void on_exit(cp::ProbeId id, std::uint64_t tsc) noexcept {
   // shadow stack can hand back a frame whose exit ran while the exit probe was off.
   if (tsc == 0) [[unlikely]] {
     add(f.blind_exits, 1);
+  } else if (t.discovered_tsc > tsc) [[unlikely]] {
+    add(f.discovery_exits, 1);
   } else if (tsc < A(f.armed_tsc).load(std::memory_order_relaxed)) [[unlikely]] {
     add(g_hdr->stale_exits, 1);
   } else if (t0 > tsc) {
@@ -456,7 +459,20 @@ bool in_focus(const cp::ProbeInfo& p) noexcept {
   return p.name != nullptr && fnmatch(g_cfg.functions, p.name, 0) == 0;
 }
 
-void on_found(const cp::ProbeInfo& p, void*) {
+void on_found_impl(const cp::ProbeInfo& p);
+
+// Discovery runs on the thread that first executes a cyg site, inside that call (and inside
+// every call in flight on that thread): the sample of such a call would hold the layer's
+// and this callback's work (~10^5 ticks here, once per site: under a sampling policy one
+// sample in a few hundred, and it made lab_leaf_200's mean 4x its true length). The exit
+// drops calls that began before the thread's last discovery ended (discovery_exits).
+void on_found(const cp::ProbeInfo& p, void* user) {
+  (void)user;
+  on_found_impl(p);
+  t_tls.discovered_tsc = rdtsc();
+}
+
+void on_found_impl(const cp::ProbeInfo& p) {
   if (p.function == reinterpret_cast<std::uintptr_t>(&crossmod_profile_calib_target)) {
     (p.kind == cp::Kind::entry ? g_calib_entry : g_calib_exit) = p.id;
     if (p.active) (void)cp::deactivate(p.id);

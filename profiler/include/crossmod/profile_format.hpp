@@ -134,6 +134,9 @@ struct FuncRecord {
   std::uint64_t raw_sum_ticks;
   std::uint64_t uncompensated;  // samples without their entry frame (stack overflowed): raw
   std::uint64_t blind_exits;    // exit hits without an entry TSC (entry not seen: no sample)
+  std::uint64_t discovery_exits;  // calls during which this thread discovered a probe (cyg:
+                                  // a site's first execution runs the discovery, ~10^5
+                                  // ticks, inside the call): not sampled
   // Context switches (the thread's perf page sequence changed between entry and exit):
   std::uint64_t sw_samples;     // samples during which the thread was switched out
   std::uint64_t sw_sum_ticks;

@@ -188,6 +188,7 @@ ProfileData read_segments(const std::string& raw_dir, const RunInfo& run) {
       s.raw_sum_ticks += f.raw_sum_ticks;
       s.uncompensated += f.uncompensated;
       s.blind_exits += f.blind_exits;
+      s.discovery_exits += f.discovery_exits;
       s.sw_samples += f.sw_samples;
       s.unk_samples += f.unk_samples;
       s.toggles += f.toggles;
@@ -446,6 +447,7 @@ nlohmann::json report_json(const ProfileData& d, const RunInfo& run, const std::
                    s.samples ? json(static_cast<double>(s.raw_sum_ticks) / static_cast<double>(s.samples)) : json()},
                   {"uncompensated_samples", s.uncompensated},
                   {"exits_without_entry", s.blind_exits},
+                  {"discovery_exits", s.discovery_exits},
                   {"switched_samples", sw ? json(s.sw_samples) : json()},
                   {"unknown_switch_samples", sw ? json(s.unk_samples) : json()},
                   {"oncpu_samples", sw ? json(s.oncpu.n) : json()},
