@@ -313,8 +313,13 @@ void on_entry(cp::ProbeId id, std::uint64_t tsc) noexcept {
   FuncRecord& f = s == kCalibSlot ? g_calib_rec : g_funcs[s - 1];
   if (stray(f, id, true)) [[unlikely]] return;
   Tls& t = tls();
+  // The frame's instrumentation mark is moved back by what the layer spent between the
+  // hook's TSC and this function (t0 - tsc): measured, where a cold site costs thousands of
+  // ticks that no calibrated constant holds. (The calibrated remainder absorbs the overlap
+  // with the fixed cost charged for this hit.)
   if (t.frames != nullptr && t.depth < kFrames && (f.flags & kFuncNoExit) == 0)
-    t.frames[t.depth++] = {tsc, A(t.rec->instr_ticks).load(std::memory_order_relaxed), switch_seq(t)};
+    t.frames[t.depth++] = {tsc, A(t.rec->instr_ticks).load(std::memory_order_relaxed) - (t0 > tsc ? t0 - tsc : 0),
+                           switch_seq(t)};
   add(f.calls, 1);
   std::uint64_t none = 0;
   if (A(f.window_first).load(std::memory_order_relaxed) != 0 ||
