@@ -106,4 +106,6 @@ int crossmod_probe_tracepoint_trap_mode(crossmod_probe_id id) {
   return cp::tracepoint_trap_mode(id) ? 1 : 0;
 }
 
+uint64_t crossmod_probe_exit_hook_tsc(void) { return cp::exit_hook_tsc(); }
+
 }  // extern "C"

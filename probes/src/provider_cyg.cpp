@@ -211,6 +211,7 @@ extern "C" __attribute__((no_instrument_function, noinline)) void __cyg_profile_
   ThreadState& ts = thread_state();
   if (ts.in_hook != 0) return;
   ts.in_hook = 1;
+  const std::uint64_t exit_tsc = crossmod::x86::rdtsc();
   const auto fn = reinterpret_cast<std::uintptr_t>(this_fn);
   const std::uint64_t entry_tsc = pop_frame(ts, fn);
   const auto ret = reinterpret_cast<std::uintptr_t>(__builtin_return_address(0));
@@ -219,6 +220,8 @@ extern "C" __attribute__((no_instrument_function, noinline)) void __cyg_profile_
     id = find_tail_exit(fn);
     if (id == kNone) id = discover(ret, fn, crossmod::probes::Kind::exit);
   }
+  ts.exit_tsc = exit_tsc;
   dispatch(id, entry_tsc);
+  ts.exit_tsc = 0;
   ts.in_hook = 0;
 }

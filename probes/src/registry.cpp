@@ -537,6 +537,8 @@ Status info(ProbeId id, ProbeInfo* out) noexcept {
 
 std::size_t count() noexcept { return published_count(); }
 
+std::uint64_t exit_hook_tsc() noexcept { return detail::thread_state().exit_tsc; }
+
 Status activate(ProbeId id, ProbeFn fn) noexcept {
   if (!valid(id)) return Status::unknown_id;
   if (fn == nullptr) return Status::bad_argument;
@@ -765,6 +767,7 @@ extern "C" __attribute__((visibility("hidden"))) void crossmod_probes_entry_disp
 extern "C" __attribute__((visibility("hidden"))) std::uintptr_t crossmod_probes_exit_dispatch(
     std::uintptr_t entry_rsp) noexcept {
   using namespace crossmod::probes::detail;
+  const std::uint64_t exit_tsc = crossmod::x86::rdtsc();
   ThreadState& ts = thread_state();
   const std::uintptr_t slot = entry_rsp - sizeof(std::uintptr_t);
   // Frames below ours were skipped by longjmp; ours is the first at this slot.
@@ -781,7 +784,9 @@ extern "C" __attribute__((visibility("hidden"))) std::uintptr_t crossmod_probes_
     ts.in_hook = 1;
     Probe& x = probe(f.exit_id);
     if (x.active.load(std::memory_order_acquire)) {
+      ts.exit_tsc = exit_tsc;
       if (const auto fn = x.fn.load(std::memory_order_acquire)) fn(f.exit_id, f.tsc);
+      ts.exit_tsc = 0;
     }
     ts.in_hook = 0;
   }

@@ -132,6 +132,7 @@ struct RetFrame {
 inline constexpr unsigned kRetDepth = 128;
 struct ThreadState {
   unsigned in_hook;
+  std::uint64_t exit_tsc;  // TSC at the start of the exit hook dispatching now (exit_hook_tsc)
   unsigned depth;  // <= kShadowDepth
   Frame frames[kShadowDepth];
   unsigned ret_depth;  // never exceeds kRetDepth: a full stack means "do not redirect"

@@ -76,9 +76,10 @@ TEST(Cyg, DemangledMemberFunctionName) {
 }
 
 std::uint64_t g_exit_entry_tsc = 0;
-std::uint64_t g_exit_now = 0;
+std::uint64_t g_exit_now = 0, g_exit_hook = 0;
 void exit_probe(cp::ProbeId, std::uint64_t entry_tsc) {
   g_exit_entry_tsc = entry_tsc;
+  g_exit_hook = cp::exit_hook_tsc();
   g_exit_now = crossmod::x86::rdtsc();
 }
 
@@ -100,6 +101,10 @@ TEST(Cyg, ExitProbesGetTheEntryTimestampIncludingTailCalledHooks) {
     (void)workload::cyg_outer(2, &c);
     EXPECT_GE(g_exit_entry_tsc, t0);
     EXPECT_GE(g_exit_now, g_exit_entry_tsc);
+    // The exit hook's own TSC lies between the entry's and the probe function's.
+    EXPECT_GE(g_exit_hook, g_exit_entry_tsc);
+    EXPECT_LE(g_exit_hook, g_exit_now);
+    EXPECT_EQ(cp::exit_hook_tsc(), 0u) << "only inside an exit probe function";
     // Off: the exit hook is no longer called (a tail-called hook's JMP became RET).
     ASSERT_EQ(cp::deactivate(exit->id), cp::Status::ok);
     g_exit_entry_tsc = 0;

@@ -104,9 +104,10 @@ TEST(Patchable, BatchByNamePatternTogglesOnlyMatchingFunctions) {
   EXPECT_EQ(g_quiet_hits.load() - h0, 4u);
 }
 
-std::uint64_t g_exit_tsc = 0, g_exit_now = 0, g_exits = 0;
+std::uint64_t g_exit_tsc = 0, g_exit_now = 0, g_exits = 0, g_exit_hook = 0;
 void on_exit_probe(cp::ProbeId, std::uint64_t entry_tsc) {
   g_exit_tsc = entry_tsc;
+  g_exit_hook = cp::exit_hook_tsc();
   g_exit_now = crossmod::x86::rdtsc();
   ++g_exits;
 }
@@ -127,6 +128,10 @@ TEST(PatchableExit, ExitProbeGetsEntryTimestampAndKeepsReturnValues) {
   EXPECT_EQ(g_exits, 1u);
   EXPECT_GE(g_exit_tsc, t0);
   EXPECT_GE(g_exit_now, g_exit_tsc);
+  // The exit trampoline's own TSC lies between the entry's and the probe function's.
+  EXPECT_GE(g_exit_hook, g_exit_tsc);
+  EXPECT_LE(g_exit_hook, g_exit_now);
+  EXPECT_EQ(cp::exit_hook_tsc(), 0u) << "only inside an exit probe function";
   workload::Counters c;
   const cp::ProbeId leaf_exit = probe_for(reinterpret_cast<std::uintptr_t>(&workload::pfe_leaf), cp::Kind::exit);
   ASSERT_EQ(cp::activate(leaf_exit, on_exit_probe), cp::Status::ok);

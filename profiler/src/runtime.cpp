@@ -351,7 +351,10 @@ void on_exit(cp::ProbeId id, std::uint64_t tsc) noexcept {
   } else if (tsc < A(f.armed_tsc).load(std::memory_order_relaxed)) [[unlikely]] {
     add(g_hdr->stale_exits, 1);
   } else if (t0 > tsc) {
-    const std::uint64_t raw = t0 - tsc;
+    // The call ends where the layer's exit hook began (its work before on_exit is not the
+    // call's); t0 when the layer cannot say.
+    const std::uint64_t hook = cp::exit_hook_tsc();
+    const std::uint64_t raw = (hook > tsc && hook <= t0 ? hook : t0) - tsc;
     std::uint64_t d = raw;
     if (fr != nullptr) {
       const std::int64_t left = static_cast<std::int64_t>(raw) - static_cast<std::int64_t>(instr_now - fr->instr);

@@ -86,6 +86,8 @@ typedef struct crossmod_tracepoint_refusal {
 size_t crossmod_probes_tracepoint_refusals(crossmod_tracepoint_refusal* out, size_t capacity);
 void crossmod_probes_set_tracepoint_trap_fallback(int on);
 int crossmod_probe_tracepoint_trap_mode(crossmod_probe_id id);
+/* Inside an exit probe function: the TSC taken when the calling exit hook began (0 elsewhere). */
+uint64_t crossmod_probe_exit_hook_tsc(void);
 
 #ifdef __cplusplus
 }

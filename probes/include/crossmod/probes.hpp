@@ -159,4 +159,10 @@ void set_tracepoint_trap_fallback(bool on) noexcept;
 // True if `id` (entry or exit) is a tracepoint probe in trap mode.
 bool tracepoint_trap_mode(ProbeId id) noexcept;
 
+// Inside an exit probe function: the TSC the layer took when the exit hook that calls it
+// began (cyg: __cyg_profile_func_exit; patchable and tracepoint: the exit trampoline), so
+// that `exit_hook_tsc() - tsc` is the call from the entry hook's TSC to the return, without
+// the layer's exit work. 0 outside an exit probe function. Thread: the calling thread's.
+std::uint64_t exit_hook_tsc() noexcept;
+
 }  // namespace crossmod::probes
