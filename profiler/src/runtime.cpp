@@ -342,13 +342,13 @@ void on_exit(cp::ProbeId id, std::uint64_t tsc) noexcept {
     while (t.depth > 0 && t.frames[t.depth - 1].tsc > tsc) --t.depth;
     if (t.depth > 0 && t.frames[t.depth - 1].tsc == tsc) fr = &t.frames[--t.depth];
   }
-  // An entry TSC from before this window's activation is not this window's call: the cyg
-  // shadow stack can hand back a frame whose exit ran while the exit probe was off.
   if (tsc == 0) [[unlikely]] {
     add(f.blind_exits, 1);
   } else if (t.discovered_tsc > tsc) [[unlikely]] {
-    add(f.discovery_exits, 1);
+    add(f.discovery_exits, 1);  // see on_found
   } else if (tsc < A(f.armed_tsc).load(std::memory_order_relaxed)) [[unlikely]] {
+    // An entry TSC from before this window's activation is not this window's call: the cyg
+    // shadow stack can hand back a frame whose exit ran while the exit probe was off.
     add(g_hdr->stale_exits, 1);
   } else if (t0 > tsc) {
     // The call ends where the layer's exit hook began (its work before on_exit is not the
