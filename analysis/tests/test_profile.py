@@ -68,6 +68,15 @@ def write_truth(path: Path, scale: float = 1.0) -> None:
     path.write_text(json.dumps({"schema": 1, "tool": "latency_lab", "threads": 8, "functions": fns}))
 
 
+def write_runs(folder: Path, rows: list[dict]) -> Path:
+    """runs.csv as scripts/profile_eval.py writes it; returns the folder."""
+    with (folder / "runs.csv").open("w", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=prof.RUN_COLUMNS)
+        w.writeheader()
+        w.writerows(rows)
+    return folder
+
+
 def exact(names=TRUTH, scale: float = 1.0) -> dict:
     return {n: (TRUTH[n] * scale, TRUTH[n] * scale * 0.95, TRUTH[n] * scale * 1.05) for n in names}
 
@@ -108,11 +117,7 @@ def eval_folder(tmp_path) -> Path:
                          "cpu_s": base_cpu * factor, "wall_s": 1.0, "launcher_cpu_s": base_cpu * factor,
                          "profile": profile, "truth": truth, "note": ""})
             order += 1
-    with (folder / "runs.csv").open("w", newline="") as fh:
-        w = csv.DictWriter(fh, fieldnames=prof.RUN_COLUMNS)
-        w.writeheader()
-        w.writerows(rows)
-    return folder
+    return write_runs(folder, rows)
 
 
 def test_load_profile_fields(tmp_path):
@@ -384,11 +389,7 @@ def oncpu_folder(tmp_path) -> Path:
                      "budget": "" if budget is None else budget, "label": label, "rc": 0,
                      "cpu_s": 2.0 * (1 + order / 10), "wall_s": 1.0, "launcher_cpu_s": 2.0,
                      "profile": profile, "truth": f"{run_dir}/truth.json", "note": ""})
-    with (folder / "runs.csv").open("w", newline="") as fh:
-        w = csv.DictWriter(fh, fieldnames=prof.RUN_COLUMNS)
-        w.writeheader()
-        w.writerows(rows)
-    return folder
+    return write_runs(folder, rows)
 
 
 def test_accuracy_oncpu_columns(oncpu_folder):
