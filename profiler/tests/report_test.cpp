@@ -22,7 +22,6 @@ TEST(ProfileStats, BatchMeansInterval) {
   FunctionStats f;
   f.name = "f";
   f.samples = 40;
-  f.sum_ticks = 4000;
   f.all.n = 40;
   f.all.sum = 4000;
   f.calls_estimated = 40;
@@ -61,7 +60,6 @@ TEST(ProfileStats, OneBatchHasNoInterval) {
   ProfileData d;
   FunctionStats f;
   f.samples = 5;
-  f.sum_ticks = 50;
   f.all.n = 5;
   f.all.sum = 50;
   f.all.batches = 1;

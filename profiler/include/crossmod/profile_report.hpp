@@ -58,7 +58,7 @@ struct MeanEstimate {
 struct FunctionStats {
   std::string name, object, provider;
   std::uint64_t address = 0;
-  std::uint64_t calls_observed = 0, samples = 0, sum_ticks = 0, toggles = 0;
+  std::uint64_t calls_observed = 0, samples = 0, toggles = 0;  // samples == all.n
   std::uint64_t raw_sum_ticks = 0, uncompensated = 0, blind_exits = 0, discovery_exits = 0;
   std::uint64_t sw_samples = 0, unk_samples = 0;  // switched out during the call / unknown
   double calls_estimated = 0, active_ticks = 0, run_ticks = 0;

@@ -184,7 +184,6 @@ ProfileData read_segments(const std::string& raw_dir, const RunInfo& run) {
       FunctionStats& s = d.functions[it->second];
       s.calls_observed += f.calls;
       s.samples += f.samples;
-      s.sum_ticks += f.sum_ticks;
       s.raw_sum_ticks += f.raw_sum_ticks;
       s.uncompensated += f.uncompensated;
       s.blind_exits += f.blind_exits;
@@ -364,7 +363,7 @@ nlohmann::json metric_rows(const ProfileData& d, const MetricSpec& m) {
       calls += s.calls_observed;
       est += s.calls_estimated;
       samples += s.samples;
-      sum += s.sum_ticks;
+      sum += s.all.sum;
       for (unsigned b = 0; b < kHistBuckets; ++b) hist[b] += s.hist[b];
     }
   }
