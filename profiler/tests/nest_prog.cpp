@@ -2,7 +2,7 @@
 // built with -finstrument-functions (prof_nest_cyg):
 //   prof_nest_cyg
 // Calls outer() 2,000 times, each calling inner() 20 times (nested probes, whose hits the
-// profiler must take off outer's durations), then napper() 60 times, which sleeps 1 ms
+// profiler must take off outer's durations), then napper() 200 times, which sleeps 1 ms
 // (every call leaves the CPU). Prints "outer N", "inner N", "napper N".
 #include <time.h>
 
@@ -26,8 +26,8 @@ NOIPA void napper() {
 int main() {
   unsigned long acc = 0;
   for (unsigned i = 0; i < 2000; ++i) acc += outer(i);
-  for (unsigned i = 0; i < 60; ++i) napper();
+  for (unsigned i = 0; i < 200; ++i) napper();
   g_sink = acc;
-  std::printf("outer %u\ninner %u\nnapper %u\n", 2000u, 2000u * 20u, 60u);
+  std::printf("outer %u\ninner %u\nnapper %u\n", 2000u, 2000u * 20u, 200u);
   return 0;
 }
