@@ -684,14 +684,22 @@ std::uint64_t ns_to_ticks(std::uint64_t ns) {
   return static_cast<std::uint64_t>(static_cast<double>(ns) * g_cfg.tsc_hz / 1e9);
 }
 
+bool env_set(const char* name) noexcept;
+
 // Gives every registered thread its perf page (g_seq_pages). Called by the daemon only.
 // The fd is closed at once: the mapping keeps the counter alive, and the program's fd
 // table stays as it was. The first failure other than "that thread is gone" ends the
-// attempt for the run (kFlagSwitchDetect stays clear, switch_errno says why).
+// attempt for the run (kFlagSwitchDetect stays clear, switch_errno says why);
+// CROSSMOD_PROFILE_NO_SWITCHES skips it (kFlagSwitchOff).
 void attach_switch_pages() noexcept {
   static std::uint64_t next = 0;
   static bool failed = false;
   if (failed || g_seq_pages == nullptr) return;
+  if (next == 0 && env_set("CROSSMOD_PROFILE_NO_SWITCHES")) {
+    A(g_hdr->flags).fetch_or(kFlagSwitchOff, std::memory_order_relaxed);
+    failed = true;
+    return;
+  }
   const std::uint64_t nt = std::min<std::uint64_t>(A(g_hdr->nthreads).load(std::memory_order_relaxed),
                                                    g_cfg.max_threads);
   for (; next < nt; ++next) {

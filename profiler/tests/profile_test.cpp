@@ -40,13 +40,14 @@ std::string slurp(const fs::path& p) {
   return s.str();
 }
 
-// Runs crossmod with `args` (shell words, no quoting needed for our paths).
-Outcome crossmod(const std::string& name, const std::string& args, bool with_out = true) {
+// Runs crossmod with `args` (shell words, no quoting needed for our paths), with `env`
+// (VAR=value words) added to its environment.
+Outcome crossmod(const std::string& name, const std::string& args, bool with_out = true, const std::string& env = "") {
   Outcome r;
   r.dir = fresh_dir(name);
   fs::create_directories(r.dir.parent_path());
   const fs::path o = r.dir.string() + ".stdout", e = r.dir.string() + ".stderr";
-  const std::string cmd = std::string(CROSSMOD_BIN) + " profile " +
+  const std::string cmd = env + (env.empty() ? "" : " ") + std::string(CROSSMOD_BIN) + " profile " +
                           (with_out ? "--out " + r.dir.string() + " " : std::string()) + args + " >" + o.string() +
                           " 2>" + e.string();
   const int st = std::system(cmd.c_str());
@@ -298,6 +299,22 @@ TEST(ProfileSwitches, SleepingCallsAreSwitched) {
   EXPECT_GT(sw, 0u) << "no thread page in 200 ms";
   EXPECT_EQ((*napper)["oncpu_samples"].get<unsigned long>(), 0u);
   EXPECT_TRUE((*napper)["oncpu_mean_ticks"].is_null());
+}
+
+// Without perf pages (CROSSMOD_PROFILE_NO_SWITCHES, as where perf_event_open is refused)
+// the report says why and leaves the switch split null; the means are still there.
+TEST(ProfileSwitches, OffGivesNullsAndSaysWhy) {
+  const Outcome r = crossmod("nest-noswitch", std::string("--quiet --policy full -- ") + PROF_NEST_CYG, true,
+                             "CROSSMOD_PROFILE_NO_SWITCHES=1");
+  ASSERT_EQ(r.status, 0) << r.err;
+  const json j = report(r);
+  EXPECT_EQ(j["run"]["switch_detection"], "unavailable: off (CROSSMOD_PROFILE_NO_SWITCHES)");
+  const json* napper = function(j, "(anonymous namespace)::napper()");
+  ASSERT_NE(napper, nullptr);
+  EXPECT_TRUE((*napper)["switched_samples"].is_null());
+  EXPECT_TRUE((*napper)["oncpu_mean_ticks"].is_null());
+  EXPECT_GT((*napper)["samples"].get<unsigned long>(), 0u);
+  EXPECT_TRUE((*napper)["mean_ticks"].is_number());
 }
 
 // --trace goes through probes::attach_tracepoints; the report says what it answered in a

@@ -86,7 +86,8 @@ inline constexpr std::uint64_t kFlagDaemon = 1;       // the daemon thread start
 inline constexpr std::uint64_t kFlagCalibrated = 2;
 inline constexpr std::uint64_t kFlagTraceUnsupported = 4;
 inline constexpr std::uint64_t kFlagSwitchDetect = 8;  // threads get a perf page (see runtime.cpp)
-inline constexpr std::uint64_t kFlagSelfCalibrated = 16;  // << provider: self_ticks[provider] was measured
+inline constexpr std::uint64_t kFlagSelfCalibrated = 16;  // << provider (16..128): self_ticks[provider] measured
+inline constexpr std::uint64_t kFlagSwitchOff = 256;  // CROSSMOD_PROFILE_NO_SWITCHES: no perf pages
 
 // The function's exit probe is left off: it may tail-call (see runtime.cpp, tail_calls).
 inline constexpr std::uint32_t kFuncNoExit = 1;

@@ -136,6 +136,7 @@ ProfileData read_segments(const std::string& raw_dir, const RunInfo& run) {
     d.capped_hits += h.capped_hits;
     d.stale_exits += h.stale_exits;
     if ((h.flags & kFlagSwitchDetect) != 0) d.switch_detect = true;
+    if ((h.flags & kFlagSwitchOff) != 0) d.switch_off = true;
     if (h.switch_errno != 0) d.switch_errno = h.switch_errno;
     if (h.no_exit_funcs > 0)
       d.notes.push_back(fmt::format(
@@ -482,6 +483,7 @@ nlohmann::json report_json(const ProfileData& d, const RunInfo& run, const std::
 
 std::string switch_detection(const ProfileData& d) {
   if (d.switch_detect) return "perf";
+  if (d.switch_off) return "unavailable: off (CROSSMOD_PROFILE_NO_SWITCHES)";
   if (d.switch_errno != 0) return fmt::format("unavailable: perf_event_open: {}", std::strerror(static_cast<int>(d.switch_errno)));
   return "unavailable: no thread was given a perf page (no daemon, or the run ended first)";
 }
