@@ -16,6 +16,7 @@
 
 #include <CLI/CLI.hpp>
 #include <cerrno>
+#include <algorithm>
 #include <cctype>
 #include <cmath>
 #include <cstdlib>
@@ -170,12 +171,15 @@ void run_profile(const ProfileOptions& o) {
   const double hz0 = tsc_info().hz;  // the runtime's budget arithmetic before the run
   std::vector<std::string> env;
   std::string preload = std::string(prof::probes_library()) + ":" + prof::profile_library();
+  // The launcher sets every CROSSMOD_PROFILE_* itself; only the opt-in switches
+  // (profiler/README.md, Environment) pass through.
+  static constexpr const char* kPassThrough[] = {"CROSSMOD_PROFILE_TAILCALL_GUARD=", "CROSSMOD_PROFILE_TRACE_TRAPS=",
+                                                 "CROSSMOD_PROFILE_NO_SWITCHES="};
   for (char** e = environ; *e != nullptr; ++e) {
     std::string kv = *e;
-    // The launcher sets every CROSSMOD_PROFILE_* itself; only the opt-in switches
-    // (profiler/README.md, Environment) pass through.
-    if (kv.rfind("CROSSMOD_PROFILE_", 0) == 0 && kv.rfind("CROSSMOD_PROFILE_TAILCALL_GUARD=", 0) != 0 &&
-        kv.rfind("CROSSMOD_PROFILE_TRACE_TRAPS=", 0) != 0)
+    if (kv.rfind("CROSSMOD_PROFILE_", 0) == 0 &&
+        std::none_of(std::begin(kPassThrough), std::end(kPassThrough),
+                     [&](const char* p) { return kv.rfind(p, 0) == 0; }))
       continue;
     if (kv.rfind("LD_PRELOAD=", 0) == 0) {
       if (kv.size() > 11) preload += ":" + kv.substr(11);
