@@ -179,6 +179,16 @@ Tls& tls() noexcept {
   return t;
 }
 
+// fork: perf mappings are not inherited (the kernel marks them VM_DONTCOPY), so the child
+// must forget every page its parent had, or its first sample reads an unmapped page
+// (SIGSEGV, seen). The child runs only the forking thread; its calls in flight then count
+// as unknown, and it gets no new pages (no daemon in a forked child).
+void forget_switch_pages_in_child() noexcept {
+  t_tls.seq_page = nullptr;
+  if (g_seq_pages != nullptr)
+    for (std::uint32_t i = 0; i < g_cfg.max_threads; ++i) g_seq_pages[i].store(nullptr, std::memory_order_relaxed);
+}
+
 // The thread's context-switch sequence, kSeqUnknown while the daemon has not given it a page.
 inline std::uint64_t switch_seq(Tls& t) noexcept {
   if (t.seq_page == nullptr) [[unlikely]] {
@@ -1000,6 +1010,7 @@ __attribute__((constructor(200))) void profile_init() {
   g_process_cap.store(g_thread_cap * static_cast<std::uint64_t>(cpus > 0 ? cpus : 1));
   g_by_function = new std::unordered_map<std::uintptr_t, std::uint32_t>();
   g_seq_pages = new std::atomic<const std::uint32_t*>[g_cfg.max_threads]();
+  (void)pthread_atfork(nullptr, nullptr, forget_switch_pages_in_child);
   if (void* fr = mmap(nullptr, sizeof(Frame) * kFrames * g_cfg.max_threads, PROT_READ | PROT_WRITE,
                       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
       fr != MAP_FAILED)

@@ -4,7 +4,14 @@
 // Calls outer() 2,000 times, each calling inner() 20 times (nested probes, whose hits the
 // profiler must take off outer's durations), then napper() 200 times, which sleeps 1 ms
 // (every call leaves the CPU). Prints "outer N", "inner N", "napper N".
+//   prof_nest_cyg fork
+// Then forks (after 200 ms: the profiler's threads have their perf pages by then); the child
+// calls outer() 100 times and exits 0; the parent prints "child STATUS" (-1: killed).
+#include <sys/wait.h>
 #include <time.h>
+#include <unistd.h>
+
+#include <cstring>
 
 #include <cstdio>
 
@@ -23,11 +30,23 @@ NOIPA void napper() {
 }
 }  // namespace
 
-int main() {
+int main(int argc, char** argv) {
   unsigned long acc = 0;
   for (unsigned i = 0; i < 2000; ++i) acc += outer(i);
   for (unsigned i = 0; i < 200; ++i) napper();
   g_sink = acc;
   std::printf("outer %u\ninner %u\nnapper %u\n", 2000u, 2000u * 20u, 200u);
+  if (argc > 1 && std::strcmp(argv[1], "fork") == 0) {
+    std::fflush(stdout);
+    const pid_t pid = fork();
+    if (pid == 0) {
+      for (unsigned i = 0; i < 100; ++i) acc += outer(i);
+      g_sink = acc;
+      _exit(0);
+    }
+    int st = 0;
+    if (pid < 0 || waitpid(pid, &st, 0) != pid) return 1;
+    std::printf("child %d\n", WIFEXITED(st) ? WEXITSTATUS(st) : -1);
+  }
   return 0;
 }

@@ -301,6 +301,18 @@ TEST(ProfileSwitches, SleepingCallsAreSwitched) {
   EXPECT_TRUE((*napper)["oncpu_mean_ticks"].is_null());
 }
 
+// fork after the threads got their perf pages: the child must not read its parent's pages
+// (not inherited: VM_DONTCOPY); it died of SIGSEGV at its first sample before the fix.
+TEST(ProfileSwitches, ForkedChildDoesNotReadItsParentsPages) {
+  const Outcome r = crossmod("nest-fork", std::string("--quiet --policy full -- ") + PROF_NEST_CYG + " fork");
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_NE(r.out.find("child 0\n"), std::string::npos) << r.out;
+  const json j = report(r);
+  const json* outer = function(j, "(anonymous namespace)::outer(unsigned long)");
+  ASSERT_NE(outer, nullptr);
+  EXPECT_EQ((*outer)["calls_observed"].get<unsigned long>(), 2100u);  // parent and child share the segment
+}
+
 // Without perf pages (CROSSMOD_PROFILE_NO_SWITCHES, as where perf_event_open is refused)
 // the report says why and leaves the switch split null; the means are still there.
 TEST(ProfileSwitches, OffGivesNullsAndSaysWhy) {
