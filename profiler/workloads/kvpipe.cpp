@@ -26,6 +26,8 @@
 #include <unordered_map>
 #include <vector>
 
+#include "workload_args.hpp"
+
 namespace kv {
 
 struct Rng {
@@ -204,15 +206,6 @@ namespace {
   std::fprintf(stderr, "kvpipe: %s (usage: kvpipe [--threads N] [--ops N] [--seed S])\n", msg.c_str());
   std::exit(2);
 }
-bool parse_u64(const char* s, std::uint64_t& out) {
-  if (s == nullptr || *s == '\0' || *s == '-') return false;
-  char* end = nullptr;
-  errno = 0;
-  const unsigned long long v = std::strtoull(s, &end, 10);
-  if (errno != 0 || *end != '\0') return false;
-  out = v;
-  return true;
-}
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -222,7 +215,7 @@ int main(int argc, char** argv) {
     const char* v = i + 1 < argc ? argv[i + 1] : nullptr;
     std::uint64_t* target = a == "--threads" ? &threads : a == "--ops" ? &ops : a == "--seed" ? &seed : nullptr;
     if (target == nullptr) usage_error("unknown option '" + a + "'");
-    if (!parse_u64(v, *target)) usage_error(a + " wants a non-negative integer");
+    if (!workload::parse_u64(v, *target)) usage_error(a + " wants a non-negative integer");
     ++i;
   }
   if (threads == 0 || threads > 256) usage_error("--threads wants 1..256");

@@ -31,6 +31,8 @@
 #include <thread>
 #include <vector>
 
+#include "workload_args.hpp"
+
 #if defined(__clang__)
 #define LAB_NOIPA __attribute__((noinline))
 #else
@@ -186,16 +188,6 @@ namespace {
   std::exit(2);
 }
 
-bool parse_u64(const char* s, std::uint64_t& out) {
-  if (s == nullptr || *s == '\0' || *s == '-') return false;
-  char* end = nullptr;
-  errno = 0;
-  const unsigned long long v = std::strtoull(s, &end, 10);
-  if (errno != 0 || *end != '\0') return false;
-  out = v;
-  return true;
-}
-
 double measure_tsc_hz() {
   const auto w0 = std::chrono::steady_clock::now();
   const std::uint64_t t0 = tsc();
@@ -251,10 +243,10 @@ int main(int argc, char** argv) {
     const std::string a = argv[i];
     const char* v = i + 1 < argc ? argv[i + 1] : nullptr;
     if (a == "--threads") {
-      if (!parse_u64(v, threads) || threads == 0 || threads > 256) usage_error("--threads wants 1..256");
+      if (!workload::parse_u64(v, threads) || threads == 0 || threads > 256) usage_error("--threads wants 1..256");
       ++i;
     } else if (a == "--iterations") {
-      if (!parse_u64(v, iterations) || iterations == 0) usage_error("--iterations wants a positive integer");
+      if (!workload::parse_u64(v, iterations) || iterations == 0) usage_error("--iterations wants a positive integer");
       ++i;
     } else if (a == "--seconds") {
       char* end = nullptr;
