@@ -76,7 +76,7 @@ TEST(ProfileStats, OneBatchHasNoInterval) {
 // as BatchMeansInterval, so the same interval.
 TEST(ProfileStats, MeanEstimateTakesTheUnfoldedTailAsABatch) {
   MeanEstimate e;
-  e.add(40, 4000, 20, 2200, 2, 1000.0 * 1000 + 1200.0 * 1200, 1000.0 * 10 + 1200.0 * 10, 200);
+  e.add(40, 4000, Batches{20, 2200, 2, 1000.0 * 1000 + 1200.0 * 1200, 1000.0 * 10 + 1200.0 * 10, 200});
   e.finish();
   EXPECT_EQ(e.batches, 3u);
   EXPECT_DOUBLE_EQ(e.mean, 100.0);
@@ -84,7 +84,7 @@ TEST(ProfileStats, MeanEstimateTakesTheUnfoldedTailAsABatch) {
   ASSERT_TRUE(e.has_ci);
   EXPECT_NEAR(e.hi - e.mean, 4.302652729911275 * se, 1e-6);
   MeanEstimate none;
-  none.add(0, 0, 0, 0, 0, 0, 0, 0);
+  none.add(0, 0, Batches{});
   none.finish();
   EXPECT_FALSE(none.has_ci);
   EXPECT_EQ(none.n, 0u);

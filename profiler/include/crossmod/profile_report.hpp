@@ -9,6 +9,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "crossmod/profile_format.hpp"
+
 namespace crossmod::profile {
 
 // One metric of a description file (Paradyn-MDL style: what, per what, over which focus).
@@ -49,9 +51,9 @@ struct MeanEstimate {
   double s2 = 0, sn = 0, n2 = 0;
   double mean = 0, lo = 0, hi = 0;
   bool has_ci = false;
-  // Adds one segment's record: its folded batches plus what came after the last fold.
-  void add(std::uint64_t n_total, std::uint64_t sum_total, std::uint64_t folded_n, std::uint64_t folded_sum,
-           std::uint64_t nbatches, double sum_s2, double sum_sn, double sum_n2);
+  // Adds one segment's record: its folded batches `b` plus what came after the last fold
+  // (the record's n_total samples summing to sum_total).
+  void add(std::uint64_t n_total, std::uint64_t sum_total, const Batches& b);
   void finish();  // mean and the batch-means t interval (>= 2 batches)
 };
 

@@ -207,12 +207,9 @@ ProfileData read_segments(const std::string& raw_dir, const RunInfo& run) {
       s.active_ticks += active;
       s.run_ticks += seg_ticks;
       s.converged = s.converged || f.state == static_cast<std::uint64_t>(FnState::off_converged);
-      s.all.add(f.samples, f.sum_ticks, f.all.folded_n, f.all.folded_sum, f.all.batches, f.all.sum_s2,
-                f.all.sum_sn, f.all.sum_n2);
+      s.all.add(f.samples, f.sum_ticks, f.all);
       const std::uint64_t off_n = f.sw_samples + f.unk_samples, off_s = f.sw_sum_ticks + f.unk_sum_ticks;
-      if (f.samples >= off_n && f.sum_ticks >= off_s)
-        s.oncpu.add(f.samples - off_n, f.sum_ticks - off_s, f.oncpu.folded_n, f.oncpu.folded_sum,
-                    f.oncpu.batches, f.oncpu.sum_s2, f.oncpu.sum_sn, f.oncpu.sum_n2);
+      if (f.samples >= off_n && f.sum_ticks >= off_s) s.oncpu.add(f.samples - off_n, f.sum_ticks - off_s, f.oncpu);
       for (unsigned b = 0; b < kHistBuckets; ++b) s.hist[b] += f.hist[b];
     }
   }
@@ -241,18 +238,16 @@ double percentile(const std::vector<std::uint64_t>& hist, std::uint64_t n, doubl
 }
 }  // namespace
 
-void MeanEstimate::add(std::uint64_t n_total, std::uint64_t sum_total, std::uint64_t folded_n,
-                       std::uint64_t folded_sum, std::uint64_t nbatches, double sum_s2, double sum_sn,
-                       double sum_n2) {
+void MeanEstimate::add(std::uint64_t n_total, std::uint64_t sum_total, const Batches& b) {
   n += n_total;
   sum += sum_total;
-  batches += nbatches;
-  s2 += sum_s2;
-  sn += sum_sn;
-  n2 += sum_n2;
-  if (n_total > folded_n && sum_total >= folded_sum) {
-    const double bn = static_cast<double>(n_total - folded_n);
-    const double bs = static_cast<double>(sum_total - folded_sum);
+  batches += b.batches;
+  s2 += b.sum_s2;
+  sn += b.sum_sn;
+  n2 += b.sum_n2;
+  if (n_total > b.folded_n && sum_total >= b.folded_sum) {
+    const double bn = static_cast<double>(n_total - b.folded_n);
+    const double bs = static_cast<double>(sum_total - b.folded_sum);
     ++batches;
     s2 += bs * bs;
     sn += bs * bn;
