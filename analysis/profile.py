@@ -254,6 +254,12 @@ class TruthFn:
     # Mean over the calls during which the thread did not leave the CPU (latency_lab reads
     # the same kernel switch sequence as the profiler around each spin); None in older files.
     mean_oncpu_ticks: Optional[float] = None
+    # Of mean_oncpu_ticks, the part the spin lost to stalls that were no context switch
+    # (gaps between its TSC reads: interrupts, the hypervisor); None in older files.
+    oncpu_stall_ticks_per_call: Optional[float] = None
+    # Calls made inside each call whose cost beyond their spin the truth leaves out
+    # (lab_outer's two lab_inner_3k): a whole call has 1 + nested_calls call overheads.
+    nested_calls: int = 0
 
 
 def load_truth(path: Path) -> dict[str, TruthFn]:
@@ -276,7 +282,9 @@ def load_truth(path: Path) -> dict[str, TruthFn]:
                             mean_ticks=_opt_num(path, where, f, "mean_ticks"),
                             mean_unpreempted_ticks=_opt_num(path, where, f, "mean_unpreempted_ticks"),
                             spin_ticks=int(f.get("spin_ticks") or 0), call_overhead_ticks=overhead,
-                            mean_oncpu_ticks=_opt_num(path, where, f, "mean_oncpu_ticks"))
+                            mean_oncpu_ticks=_opt_num(path, where, f, "mean_oncpu_ticks"),
+                            oncpu_stall_ticks_per_call=_opt_num(path, where, f, "oncpu_stall_ticks_per_call"),
+                            nested_calls=int(f.get("nested_calls") or 0))
     return out
 
 
@@ -409,11 +417,27 @@ def baseline_overheads(rows: list[dict[str, Any]]) -> dict[tuple[str, Any], floa
 def _call_truth(t: "TruthFn", overhead: Optional[float]) -> Optional[float]:
     """A call's true length on CPU: the spin mean over the calls without a context switch
     (the profiler's on-CPU estimand; the unpreempted mean in older truth files) plus the
-    fixed cost."""
+    fixed cost of the call and of the calls it makes whose cost the truth leaves out."""
     spin = t.mean_oncpu_ticks if t.mean_oncpu_ticks is not None else t.mean_unpreempted_ticks
     if spin is None or overhead is None:
         return None
-    return spin + overhead
+    return spin + (1 + t.nested_calls) * overhead
+
+
+def _busy_call_truth(t: "TruthFn", overhead: Optional[float]) -> Optional[float]:
+    """The same without the stalls inside the spins (time the machine took from the thread
+    without a context switch): the lower end of what a sample of the calls can show."""
+    call = _call_truth(t, overhead)
+    if call is None or t.oncpu_stall_ticks_per_call is None:
+        return None
+    return call - t.oncpu_stall_ticks_per_call
+
+
+def _meets(ci: Optional[tuple[float, float]], lo: Optional[float], hi: Optional[float]) -> Optional[bool]:
+    """Whether the interval ci and [lo, hi] overlap (None if either is missing)."""
+    if ci is None or lo is None or hi is None:
+        return None
+    return ci[0] <= hi and lo <= ci[1]
 
 
 def accuracy(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -461,6 +485,10 @@ def accuracy(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 "true_call_ticks": _call_truth(t, overhead),
                 "oncpu_covers_call": _covers(oci, _call_truth(t, overhead)),
                 "oncpu_within_10pct_call": _within(oncpu, _call_truth(t, overhead)),
+                "true_stall_ticks": t.oncpu_stall_ticks_per_call,
+                "true_busy_call_ticks": _busy_call_truth(t, overhead),
+                "oncpu_covers_busy_call": _covers(oci, _busy_call_truth(t, overhead)),
+                "oncpu_meets_busy_to_call": _meets(oci, _busy_call_truth(t, overhead), _call_truth(t, overhead)),
             })
     return out
 
@@ -648,7 +676,8 @@ def summarize_accuracy(acc: list[dict[str, Any]]) -> list[dict[str, Any]]:
     within 10% of the true mean (over timed functions); and the on-CPU estimates (0 for
     profiles without them): how many, how many with an interval, how many intervals cover
     the unpreempted true mean, how many within 10% of it, and the same against a whole
-    call's true length (true_call_ticks)."""
+    call's true length (true_call_ticks), against it without the stalls in the spins
+    (true_busy_call_ticks), and how many intervals meet the range between the two."""
     groups: dict[tuple[str, str], list[dict]] = {}
     for a in acc:
         if a["true_mean_ticks"] is None:
@@ -668,7 +697,9 @@ def summarize_accuracy(acc: list[dict[str, Any]]) -> list[dict[str, Any]]:
                     "oncpu_within_10pct_unpreempted": sum(1 for a in oncpu
                                                           if a.get("oncpu_within_10pct_unpreempted")),
                     "oncpu_covers_call": sum(1 for a in oncpu if a.get("oncpu_covers_call")),
-                    "oncpu_within_10pct_call": sum(1 for a in oncpu if a.get("oncpu_within_10pct_call"))})
+                    "oncpu_within_10pct_call": sum(1 for a in oncpu if a.get("oncpu_within_10pct_call")),
+                    "oncpu_covers_busy_call": sum(1 for a in oncpu if a.get("oncpu_covers_busy_call")),
+                    "oncpu_meets_busy_to_call": sum(1 for a in oncpu if a.get("oncpu_meets_busy_to_call"))})
     return out
 
 

@@ -548,3 +548,30 @@ def test_information_full_next_is_the_noise_floor_without_truth(eval_folder):
     info = [i for i in prof.information(rows) if i["config"] == "full-next"]
     assert [i["round"] for i in info] == [0]   # two rounds: one pair
     assert info[0]["basis"] == "full" and info[0]["kept_seen"] == 1.0
+
+
+def test_call_truth_counts_nested_calls_and_stalls(oncpu_folder):
+    """A truth function with nested_calls adds one overhead per nested call; its stall ticks
+    give the busy truth, and the range between the two is what a sample can show."""
+    base = oncpu_folder / "raw/lab-cyg/baseline-r0/truth.json"
+    data = json.loads(base.read_text())
+    data["call_overhead_ticks"] = 0.01 * TRUTH["lab_a"]
+    base.write_text(json.dumps(data))
+    budget = oncpu_folder / "raw/lab-cyg/budget-r0/truth.json"
+    data = json.loads(budget.read_text())
+    for f in data["functions"]:
+        if f["name"] == "lab_a":
+            f["nested_calls"] = 2
+            f["oncpu_stall_ticks_per_call"] = 0.10 * TRUTH["lab_a"]
+    budget.write_text(json.dumps(data))
+    rows = prof.attach(prof.load_runs(oncpu_folder / "runs.csv"), oncpu_folder)
+    acc = {(a["config"], a["function"]): a for a in prof.accuracy(rows)}
+    a = acc[("budget", "lab_a")]   # estimate 1.02x [0.97, 1.07]x of the spin
+    assert a["true_call_ticks"] == pytest.approx(1.03 * TRUTH["lab_a"])
+    assert a["true_busy_call_ticks"] == pytest.approx(0.93 * TRUTH["lab_a"])
+    assert a["oncpu_covers_call"] is True and a["oncpu_covers_busy_call"] is False
+    assert a["oncpu_meets_busy_to_call"] is True
+    other = acc[("budget", "lab_b")]   # no stall field: the busy columns stay empty
+    assert other["true_busy_call_ticks"] is None and other["oncpu_meets_busy_to_call"] is None
+    summary = {s["config"]: s for s in prof.summarize_accuracy(prof.accuracy(rows))}
+    assert summary["budget"]["oncpu_meets_busy_to_call"] >= 1

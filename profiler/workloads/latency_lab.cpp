@@ -75,6 +75,10 @@ struct Truth {
   std::uint64_t preempted_ticks[kFnCount] = {};
   std::uint64_t switched[kFnCount] = {};        // calls during which the thread left the CPU
   std::uint64_t switched_ticks[kFnCount] = {};
+  // Of the calls that stayed on the CPU: the ticks the spin lost to stalls the thread did not
+  // see as a switch (interrupts, the hypervisor taking the vCPU) and how many calls had one.
+  std::uint64_t oncpu_stall_ticks[kFnCount] = {};
+  std::uint64_t oncpu_stalled[kFnCount] = {};
 };
 thread_local Truth* t_truth = nullptr;
 // The thread's context-switch sequence: the `lock` word of a perf software counter's mmap
@@ -106,23 +110,32 @@ LAB_HELPER std::uint32_t switch_seq() noexcept {
   return t_switch_page != nullptr ? __atomic_load_n(t_switch_page, __ATOMIC_ACQUIRE) : 0;
 }
 
+// A gap between two TSC reads of a spin longer than this is a stall: the loop's own step is
+// a pause and an rdtsc (tens to a few hundred ticks), an interrupt or a vCPU the hypervisor
+// took costs thousands.
+constexpr std::uint64_t kStallGap = 2000;
+
 // A spin's outcome: the elapsed ticks between its first and last rdtsc (the call's body
-// time) and whether the thread left the CPU meanwhile.
+// time), whether the thread left the CPU meanwhile, and the ticks of the gaps longer than
+// kStallGap (time the body lost without a switch).
 struct Spun {
   std::uint64_t ticks;
   bool switched;
+  std::uint64_t stall;
 };
 
 // Spins until `ticks` TSC ticks have passed since its first rdtsc.
 LAB_HELPER Spun spin(std::uint64_t ticks) noexcept {
   const std::uint32_t seq = switch_seq();
   const std::uint64_t start = tsc();
-  std::uint64_t now = start;
+  std::uint64_t now = start, stall = 0;
   while (now - start < ticks) {
     _mm_pause();
+    const std::uint64_t prev = now;
     now = tsc();
+    if (now - prev > kStallGap) stall += now - prev;
   }
-  return {now - start, switch_seq() != seq};
+  return {now - start, switch_seq() != seq, stall};
 }
 
 LAB_HELPER void record(Fn f, Spun s) noexcept {
@@ -131,6 +144,9 @@ LAB_HELPER void record(Fn f, Spun s) noexcept {
   if (s.switched) {
     ++t.switched[f];
     t.switched_ticks[f] += ticks;
+  } else if (s.stall != 0) {
+    ++t.oncpu_stalled[f];
+    t.oncpu_stall_ticks[f] += s.stall;
   }
   ++t.calls[f];
   t.ticks[f] += ticks;
@@ -153,15 +169,30 @@ LAB_NOIPA void lab_leaf_20k() { record(kLeaf20k, spin(20000)); }
 LAB_NOIPA void lab_leaf_100k() { record(kLeaf100k, spin(100000)); }
 LAB_NOIPA void lab_rare_50k() { record(kRare50k, spin(50000)); }
 LAB_NOIPA void lab_inner_3k() { record(kInner3k, spin(3000)); }
+// lab_outer's body is its own time plus the two inner calls' spins: what the inner calls
+// cost beyond their spin (call, return and whatever probes are on them) is taken out, so
+// that the truth is the same with and without instrumentation. A whole call of lab_outer
+// lasts that plus 1 + kOuterNested call overheads (its own and the inner calls').
+constexpr unsigned kOuterNested = 2;
+LAB_HELPER std::uint64_t inner_call(std::uint64_t& stall) noexcept {
+  Truth& t = *t_truth;
+  const std::uint64_t spun0 = t.ticks[kInner3k], stall0 = t.oncpu_stall_ticks[kInner3k];
+  const std::uint64_t t0 = tsc();
+  lab_inner_3k();
+  const std::uint64_t t1 = tsc();
+  stall += t.oncpu_stall_ticks[kInner3k] - stall0;
+  const std::uint64_t spun = t.ticks[kInner3k] - spun0;
+  return t1 - t0 > spun ? t1 - t0 - spun : 0;  // the call's cost beyond its spin
+}
 LAB_NOIPA void lab_outer() {
   const std::uint32_t seq = switch_seq();
   const std::uint64_t start = tsc();
-  spin(2000);
-  lab_inner_3k();
-  lab_inner_3k();
-  spin(1000);
+  const Spun a = spin(2000);
+  std::uint64_t stall = a.stall, beyond = 0;
+  for (unsigned k = 0; k < kOuterNested; ++k) beyond += inner_call(stall);
+  const Spun b = spin(1000);
   const std::uint64_t end = tsc();
-  record(kOuter, {end - start, switch_seq() != seq});
+  record(kOuter, {end - start - beyond, switch_seq() != seq, stall + b.stall});
 }
 LAB_NOIPA std::uint64_t lab_tiny(std::uint64_t x) {
   ++t_truth->calls[kTiny];
@@ -306,6 +337,8 @@ int main(int argc, char** argv) {
       total.preempted_ticks[f] += truths[t].preempted_ticks[f];
       total.switched[f] += truths[t].switched[f];
       total.switched_ticks[f] += truths[t].switched_ticks[f];
+      total.oncpu_stall_ticks[f] += truths[t].oncpu_stall_ticks[f];
+      total.oncpu_stalled[f] += truths[t].oncpu_stalled[f];
     }
     all_iters += iters_done[t];
     acc ^= accs[t];
@@ -346,14 +379,21 @@ int main(int argc, char** argv) {
           std::fprintf(out, ", \"switched_calls\": %" PRIu64, total.switched[f]);
         else
           std::fprintf(out, ", \"switched_calls\": null");
-        if (sw && oncpu > 0)
-          std::fprintf(out, ", \"mean_oncpu_ticks\": %.3f}",
-                       static_cast<double>(total.ticks[f] - total.switched_ticks[f]) / static_cast<double>(oncpu));
-        else
-          std::fprintf(out, ", \"mean_oncpu_ticks\": null}");
+        if (sw && oncpu > 0) {
+          const double on = static_cast<double>(oncpu);
+          std::fprintf(out, ", \"mean_oncpu_ticks\": %.3f, \"oncpu_stalled_calls\": %" PRIu64
+                            ", \"oncpu_stall_ticks_per_call\": %.3f",
+                       static_cast<double>(total.ticks[f] - total.switched_ticks[f]) / on, total.oncpu_stalled[f],
+                       static_cast<double>(total.oncpu_stall_ticks[f]) / on);
+        } else {
+          std::fprintf(out, ", \"mean_oncpu_ticks\": null, \"oncpu_stalled_calls\": null, "
+                            "\"oncpu_stall_ticks_per_call\": null");
+        }
+        std::fprintf(out, ", \"nested_calls\": %u}", f == kOuter ? kOuterNested : 0u);
       } else {
         std::fprintf(out, ", \"mean_ticks\": null, \"sd_ticks\": null, \"preempted_calls\": null, "
-                          "\"mean_unpreempted_ticks\": null, \"switched_calls\": null, \"mean_oncpu_ticks\": null}");
+                          "\"mean_unpreempted_ticks\": null, \"switched_calls\": null, \"mean_oncpu_ticks\": null, "
+                          "\"oncpu_stalled_calls\": null, \"oncpu_stall_ticks_per_call\": null, \"nested_calls\": 0}");
       }
       std::fprintf(out, "%s\n", f + 1 < kFnCount ? "," : "");
     }
