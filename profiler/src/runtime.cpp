@@ -116,6 +116,8 @@ constexpr std::uint32_t kCalibSlot = UINT32_MAX;
 FuncRecord g_calib_rec{};
 // Header::self_ticks, read on every sample: subtracted from the compensated duration.
 std::int64_t g_self[4] = {};
+// Header::nest_ticks, added to Tls::nest on every entry of a function with an exit probe.
+std::int64_t g_nest[4] = {};
 // calibrate_self: the signed sum of raw - accounted over the calibration site's samples
 // (the stored durations are clamped at 0 and would hide an over-subtraction).
 std::int64_t g_calib_signed = 0;
@@ -134,6 +136,7 @@ struct Frame {
   std::uint64_t tsc;
   std::uint64_t instr;
   std::uint64_t seq;
+  std::int64_t nest;  // Tls::nest at the entry, before this call's own share
 };
 constexpr std::uint32_t kFrames = 64;
 constexpr std::uint64_t kSeqUnknown = ~std::uint64_t{0};
@@ -153,6 +156,9 @@ struct Tls {
   Frame* frames;  // nullptr beyond max_threads: samples go uncompensated
   const std::uint32_t* seq_page;
   std::uint64_t discovered_tsc;  // TSC at the end of this thread's last discovery callback
+  // Sum of nest_ticks over the thread's active entries (one per call with an exit probe):
+  // the exit takes off what its callees added (see Header::nest_ticks).
+  std::int64_t nest;
   std::uint32_t index;
   std::uint32_t depth;
   bool registered;
@@ -327,9 +333,12 @@ void on_entry(cp::ProbeId id, std::uint64_t tsc) noexcept {
   // hook's TSC and this function (t0 - tsc): measured, where a cold site costs thousands of
   // ticks that no calibrated constant holds. (The calibrated remainder absorbs the overlap
   // with the fixed cost charged for this hit.)
-  if (t.frames != nullptr && t.depth < kFrames && (f.flags & kFuncNoExit) == 0)
-    t.frames[t.depth++] = {tsc, A(t.rec->instr_ticks).load(std::memory_order_relaxed) - (t0 > tsc ? t0 - tsc : 0),
-                           switch_seq(t)};
+  if ((f.flags & kFuncNoExit) == 0) {
+    if (t.frames != nullptr && t.depth < kFrames)
+      t.frames[t.depth++] = {tsc, A(t.rec->instr_ticks).load(std::memory_order_relaxed) - (t0 > tsc ? t0 - tsc : 0),
+                             switch_seq(t), t.nest};
+    t.nest += g_nest[f.provider & 3];
+  }
   add(f.calls, 1);
   std::uint64_t none = 0;
   if (A(f.window_first).load(std::memory_order_relaxed) != 0 ||
@@ -369,7 +378,10 @@ void on_exit(cp::ProbeId id, std::uint64_t tsc) noexcept {
     if (fr != nullptr) {
       const std::int64_t left = static_cast<std::int64_t>(raw) - static_cast<std::int64_t>(instr_now - fr->instr);
       if (&f == &g_calib_rec) [[unlikely]] g_calib_signed += left;
-      const std::int64_t net = left - g_self[f.provider & 3];
+      // Callees' calls: what their hits added beyond the accounting (this call's own share
+      // is in self_ticks, not here).
+      const std::int64_t nested = t.nest - fr->nest - g_nest[f.provider & 3];
+      const std::int64_t net = left - g_self[f.provider & 3] - nested;
       d = net > 0 ? static_cast<std::uint64_t>(net) : 0;
     } else {
       add(f.uncompensated, 1);
@@ -626,32 +638,48 @@ void calibrate_self(cp::ProbeId entry, cp::ProbeId exit, void (*target)(volatile
   g_slot[entry].store(kCalibSlot, std::memory_order_release);
   g_slot[exit].store(kCalibSlot, std::memory_order_release);
   volatile unsigned counter = 0;
-  double means[kRounds];
+  double means[kRounds], nests[kRounds];
   int rounds = 0;
   for (int r = 0; r < kRounds; ++r) {
+    // The same calls with the probes off, then on: what the hits add to the loop beyond
+    // what the accounting charged is what a call adds to a caller's interval (nest).
+    const std::uint64_t off0 = rdtsc();
+    for (int i = 0; i < kCalls; ++i) target(&counter);
+    const std::uint64_t off = rdtsc() - off0;
     if (cp::activate(exit, on_exit) != cp::Status::ok || cp::activate(entry, on_entry) != cp::Status::ok) break;
     const std::uint64_t n0 = g_calib_rec.samples - g_calib_rec.uncompensated;
     g_calib_signed = 0;
+    const std::uint64_t instr0 = A(t.rec->instr_ticks).load(std::memory_order_relaxed);
+    const std::uint64_t on0 = rdtsc();
     for (int i = 0; i < kCalls; ++i) target(&counter);
+    const std::uint64_t on = rdtsc() - on0;
+    const std::uint64_t charged = A(t.rec->instr_ticks).load(std::memory_order_relaxed) - instr0;
     (void)cp::deactivate(entry);
     (void)cp::deactivate(exit);
     const std::uint64_t n = g_calib_rec.samples - g_calib_rec.uncompensated - n0;
-    if (n > 0) means[rounds++] = static_cast<double>(g_calib_signed) / static_cast<double>(n);
+    if (n > 0) {
+      means[rounds] = static_cast<double>(g_calib_signed) / static_cast<double>(n);
+      nests[rounds++] = (static_cast<double>(on) - static_cast<double>(off) - static_cast<double>(charged)) / kCalls;
+    }
   }
   g_slot[entry].store(0, std::memory_order_release);
   g_slot[exit].store(0, std::memory_order_release);
   g_cfg.policy = policy;
   *t.rec = saved;
   t.depth = 0;
+  t.nest = 0;
   if (rounds == 0) return;
   // The median round: an interrupt makes a round's mean larger, a lucky cache state
   // smaller; neither extreme is the typical hit.
-  for (int a = 1; a < rounds; ++a)  // insertion sort: seven values
-    for (int b = a; b > 0 && means[b - 1] > means[b]; --b) std::swap(means[b - 1], means[b]);
-  const auto v = static_cast<std::int64_t>(std::llround(means[rounds / 2]));
+  const auto median = [rounds](double* v) {
+    for (int a = 1; a < rounds; ++a)  // insertion sort: seven values
+      for (int b = a; b > 0 && v[b - 1] > v[b]; --b) std::swap(v[b - 1], v[b]);
+    return static_cast<std::int64_t>(std::llround(v[rounds / 2]));
+  };
   const unsigned k = static_cast<unsigned>(provider) & 3;
-  g_hdr->self_ticks[k] = g_self[k] = v;
-  g_hdr->flags |= kFlagSelfCalibrated << k;
+  g_hdr->self_ticks[k] = g_self[k] = median(means);
+  g_hdr->nest_ticks[k] = g_nest[k] = median(nests);
+  g_hdr->flags |= (kFlagSelfCalibrated | kFlagNestCalibrated) << k;
 }
 
 // Batch means over epochs: the samples a function took since the last fold form one batch.

@@ -279,6 +279,8 @@ TEST(ProfileCompensation, NestedHitsComeOff) {
   EXPECT_LT((*inner)["mean_ticks"].get<double>(), (*inner)["raw_mean_ticks"].get<double>());
   EXPECT_TRUE(j["overhead"]["self_ticks"]["cyg"].is_number_integer()) << "the cyg calibration site was not timed";
   EXPECT_TRUE(j["overhead"]["self_ticks"]["patchable"].is_number_integer()) << "the patchable site was not timed";
+  EXPECT_TRUE(j["overhead"]["nest_ticks"]["cyg"].is_number_integer()) << "no nested-call remainder for cyg";
+  EXPECT_TRUE(j["overhead"]["nest_ticks"]["patchable"].is_number_integer()) << "no nested-call remainder for patchable";
 }
 
 // Context switches: napper() sleeps in every call, so each of its samples that the thread's

@@ -12,7 +12,7 @@
 namespace crossmod::profile {
 
 inline constexpr char kMagic[8] = {'C', 'M', 'P', 'R', 'O', 'F', '1', '\0'};
-inline constexpr std::uint32_t kVersion = 2;  // 2: compensated samples, context-switch split
+inline constexpr std::uint32_t kVersion = 3;  // 2: compensated samples, context-switch split; 3: nest_ticks
 // Latency histogram: 4 buckets per power of two ("log2-ish"), up to 2^kHistOctaves ticks.
 inline constexpr unsigned kHistSub = 4;
 inline constexpr unsigned kHistOctaves = 48;
@@ -56,6 +56,11 @@ struct Header {
   // the accounted cost of a hit exceeds what a hit adds to an interval (0: not calibrated;
   // tracepoints have no calibration site).
   std::int64_t self_ticks[4];
+  // Per provider: what an active call adds to its caller's interval beyond what the
+  // accounting charges for its two hits (the layer's path outside the probe functions'
+  // rdtsc pairs, less the calibrated fixed cost); taken off a sample once per call of that
+  // provider's functions made inside it, signed (0: not calibrated).
+  std::int64_t nest_ticks[4];
   std::uint64_t start_tsc;
   // Written by the program while it runs (atomic_ref).
   std::uint64_t end_tsc;        // set at a clean exit (atexit), 0 otherwise
@@ -88,6 +93,7 @@ inline constexpr std::uint64_t kFlagTraceUnsupported = 4;
 inline constexpr std::uint64_t kFlagSwitchDetect = 8;  // threads get a perf page (see runtime.cpp)
 inline constexpr std::uint64_t kFlagSelfCalibrated = 16;  // << provider (16..128): self_ticks[provider] measured
 inline constexpr std::uint64_t kFlagSwitchOff = 256;  // CROSSMOD_PROFILE_NO_SWITCHES: no perf pages
+inline constexpr std::uint64_t kFlagNestCalibrated = 512;  // << provider (512..4096): nest_ticks[provider] measured
 
 // The function's exit probe is left off: it may tail-call (see runtime.cpp, tail_calls).
 inline constexpr std::uint32_t kFuncNoExit = 1;

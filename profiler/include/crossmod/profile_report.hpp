@@ -83,6 +83,8 @@ struct ProfileData {
   std::uint64_t dropped_funcs = 0, dropped_threads = 0, threads = 0, budget_offs = 0, capped_hits = 0, stale_exits = 0;
   std::int64_t self_ticks[4] = {};  // per provider (Header::self_ticks)
   bool self_calibrated[4] = {};
+  std::int64_t nest_ticks[4] = {};  // per provider (Header::nest_ticks)
+  bool nest_calibrated[4] = {};
   bool switch_off = false;           // CROSSMOD_PROFILE_NO_SWITCHES
   bool switch_detect = false;        // some segment's threads had perf pages
   std::uint64_t switch_errno = 0;    // why not, when not

@@ -129,6 +129,8 @@ ProfileData read_segments(const std::string& raw_dir, const RunInfo& run) {
       for (unsigned i = 0; i < 4; ++i) {
         d.self_ticks[i] = h.self_ticks[i];
         d.self_calibrated[i] = (h.flags & (kFlagSelfCalibrated << i)) != 0;
+        d.nest_ticks[i] = h.nest_ticks[i];
+        d.nest_calibrated[i] = (h.flags & (kFlagNestCalibrated << i)) != 0;
       }
     d.dropped_funcs += h.dropped_funcs;
     d.dropped_threads += h.dropped_threads;
@@ -414,6 +416,8 @@ nlohmann::json report_json(const ProfileData& d, const RunInfo& run, const std::
                    {"calib_ticks_per_hit", d.calib_ticks},
                    {"self_ticks", {{"cyg", d.self_calibrated[0] ? json(d.self_ticks[0]) : json()},
                                    {"patchable", d.self_calibrated[1] ? json(d.self_ticks[1]) : json()}}},
+                   {"nest_ticks", {{"cyg", d.nest_calibrated[0] ? json(d.nest_ticks[0]) : json()},
+                                   {"patchable", d.nest_calibrated[1] ? json(d.nest_ticks[1]) : json()}}},
                    {"budget_offs", d.budget_offs},
                    {"capped_hits", d.capped_hits},
                    {"stale_exits", d.stale_exits}};
