@@ -780,6 +780,8 @@ void* daemon_main(void*) {
   std::uint64_t last_epoch_ns = 0, last_period_ns = 0, elapsed_ns = 0;
   std::uint64_t last_tsc = rdtsc(), last_instr = 0, last_cpu_ns = 0, period_cpu_ticks = 0;
   std::uint64_t rotate = 0;
+  std::uint64_t jitter = rdtsc() | 1;  // xorshift64 state
+  const bool no_jitter = env_set("CROSSMOD_PROFILE_NO_JITTER");
   {
     timespec c{};
     clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &c);
@@ -792,7 +794,21 @@ void* daemon_main(void*) {
       next.tv_nsec -= 1'000'000'000;
       ++next.tv_sec;
     }
-    while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &next, nullptr) == EINTR) {
+    // The wake is a random offset into the tick (the grid `next` stays): windows opened at
+    // a fixed phase of the grid see periodic stalls (a host's 1 kHz tick: 10 ms is ten of
+    // its periods) always or never, and the samples' mean with them.
+    timespec wake = next;
+    if (!no_jitter) {
+      jitter ^= jitter << 13;
+      jitter ^= jitter >> 7;
+      jitter ^= jitter << 17;
+      wake.tv_nsec += static_cast<long>(jitter % tick_ns % 1'000'000'000);
+      if (wake.tv_nsec >= 1'000'000'000) {
+        wake.tv_nsec -= 1'000'000'000;
+        ++wake.tv_sec;
+      }
+    }
+    while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &wake, nullptr) == EINTR) {
     }
     if (g_stopping.load(std::memory_order_relaxed)) break;
     attach_switch_pages();

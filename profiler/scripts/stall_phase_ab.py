@@ -1,0 +1,75 @@
+#!/usr/bin/env python3
+"""Do the sampled calls see the machine's stalls as often as all calls do? Interleaved A/B
+of the daemon's wake jitter (on: the default; off: CROSSMOD_PROFILE_NO_JITTER=1).
+
+    profiler/scripts/stall_phase_ab.py BUILD_DIR ROUNDS [THREADS] [POLICY]
+
+Each round runs latency_lab_cyg and latency_lab_pfe under `crossmod profile --policy
+POLICY` (default paper, 1 thread, 24,000 iterations in all), once with and once without
+the jitter, alternating. latency_lab's truth gives each function's on-CPU mean and the part
+of it lost to stalls inside the spins (oncpu_stall_ticks_per_call: gaps between its TSC
+reads, interrupts or the hypervisor). Prints, per function and arm, the median over runs of
+
+    seen = (estimate - (truth - stall)) / stall
+
+1 when the samples carry the stalls at the rate all calls do, 0 when they miss them all
+(probe bias adds to it: read it for the functions where stall >> the probes' tens of
+ticks), and, per arm, how often the on-CPU interval covers the whole call's truth (the
+spin mean plus (1 + nested_calls) x call_overhead_ticks of the round's run without the
+profiler). Writes into a temporary folder; nothing is kept.
+"""
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+
+
+def main():
+    if len(sys.argv) < 3:
+        sys.exit(__doc__)
+    build, rounds = sys.argv[1], int(sys.argv[2])
+    threads = int(sys.argv[3]) if len(sys.argv) > 3 else 1
+    policy = sys.argv[4] if len(sys.argv) > 4 else "paper"
+    seen, cover = {}, {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for r in range(rounds):
+            for prov in ("cyg", "pfe"):
+                lab = f"{build}/profiler/workloads/latency_lab_{prov}"
+                args = ["--threads", str(threads), "--iterations", str(24000 // threads)]
+                subprocess.run([lab, *args, "--truth", f"{tmp}/base.json"], check=True, stdout=subprocess.DEVNULL)
+                overhead = json.load(open(f"{tmp}/base.json"))["call_overhead_ticks"]
+                for arm in ("jitter", "no-jitter"):
+                    d = f"{tmp}/r{r}-{prov}-{arm}"
+                    env = dict(os.environ)
+                    env.pop("CROSSMOD_PROFILE_NO_JITTER", None)
+                    if arm == "no-jitter":
+                        env["CROSSMOD_PROFILE_NO_JITTER"] = "1"
+                    subprocess.run([f"{build}/crossmod", "profile", "--policy", policy, "--quiet", "--out", d + "/p",
+                                    "--", lab, *args, "--truth", d + ".json"],
+                                   check=True, stdout=subprocess.DEVNULL, env=env)
+                    truth = json.load(open(d + ".json"))
+                    est = {f["name"]: f for f in json.load(open(d + "/p/profile.json"))["functions"]}
+                    for f in truth["functions"]:
+                        e = est.get(f["name"])
+                        if f.get("mean_oncpu_ticks") is None or not e or e.get("oncpu_mean_ci_ticks") is None:
+                            continue
+                        call = f["mean_oncpu_ticks"] + (1 + f["nested_calls"]) * overhead
+                        lo, hi = e["oncpu_mean_ci_ticks"]
+                        c = cover.setdefault(arm, [0, 0])
+                        c[0] += lo <= call <= hi
+                        c[1] += 1
+                        stall = f["oncpu_stall_ticks_per_call"]
+                        if stall > 0:
+                            seen.setdefault((f["name"], arm), []).append(
+                                (e["oncpu_mean_ticks"] - (call - stall)) / stall)
+            print(f"round {r + 1}/{rounds} done", file=sys.stderr)
+    for (name, arm), v in sorted(seen.items()):
+        print(f"{name:14} {arm:9} seen {statistics.median(v):6.2f}  (n={len(v)})")
+    for arm, (k, n) in sorted(cover.items()):
+        print(f"{arm:9} interval covers the call's truth {k}/{n}")
+
+
+if __name__ == "__main__":
+    main()
