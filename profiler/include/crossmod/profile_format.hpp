@@ -163,7 +163,12 @@ struct ThreadRecord {
   std::uint64_t sum_ticks;
   std::uint64_t instr_ticks;
   std::uint64_t budget_hits;  // hits that found this thread's budget spent
+  // One cache line per thread: every probe hit adds to its thread's record, and with
+  // records sharing lines those adds fetched the line from the core of another thread
+  // (false sharing) inside sampled intervals, after the hit's accounting had stopped.
+  std::uint64_t pad[2];
 };
+static_assert(sizeof(ThreadRecord) == 64);
 
 struct TimelineEntry {
   std::uint64_t tsc;           // end of the period

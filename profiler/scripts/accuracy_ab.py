@@ -1,0 +1,69 @@
+#!/usr/bin/env python3
+"""Interleaved A/B of two builds' latency estimates against latency_lab's ground truth.
+
+    profiler/scripts/accuracy_ab.py BUILD_A BUILD_B ROUNDS [THREADS] [POLICY,POLICY...]
+
+For a change to compensation or to the probes' path: each round runs, for latency_lab_cyg
+and latency_lab_pfe, the program once without the profiler (BUILD_B's binary: its
+call_overhead_ticks is the round's fixed cost of a call) and then under `crossmod profile
+--policy P` of build A and of build B for every policy (default paper,budget; 8 threads,
+3,000 iterations each), A and B alternating and the order flipped every round. Each
+function's on-CPU estimate is compared with the whole call's truth (the on-CPU spin mean
+plus (1 + nested_calls) x the fixed cost). Prints per build, provider and function the
+median over runs of estimate - truth (ticks) and of the interval's half-width, and per
+build how many intervals covered the truth. Writes into a temporary folder only.
+"""
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+
+
+def main():
+    if len(sys.argv) < 4:
+        sys.exit(__doc__)
+    builds = {"A": sys.argv[1], "B": sys.argv[2]}
+    rounds = int(sys.argv[3])
+    threads = int(sys.argv[4]) if len(sys.argv) > 4 else 8
+    policies = sys.argv[5].split(",") if len(sys.argv) > 5 else ["paper", "budget"]
+    bias, cover = {}, {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for r in range(rounds):
+            order = ["A", "B"] if r % 2 == 0 else ["B", "A"]
+            for prov in ("cyg", "pfe"):
+                args = ["--threads", str(threads), "--iterations", str(24000 // threads)]
+                lab_b = f"{builds['B']}/profiler/workloads/latency_lab_{prov}"
+                subprocess.run([lab_b, *args, "--truth", f"{tmp}/base.json"], check=True, stdout=subprocess.DEVNULL)
+                overhead = json.load(open(f"{tmp}/base.json"))["call_overhead_ticks"]
+                for policy in policies:
+                    for arm in order:
+                        d = f"{tmp}/r{r}-{prov}-{policy}-{arm}"
+                        lab = f"{builds[arm]}/profiler/workloads/latency_lab_{prov}"
+                        subprocess.run([f"{builds[arm]}/crossmod", "profile", "--policy", policy, "--quiet",
+                                        "--out", d, "--", lab, *args, "--truth", d + ".json"],
+                                       check=True, stdout=subprocess.DEVNULL)
+                        truth = json.load(open(d + ".json"))
+                        est = {f["name"]: f for f in json.load(open(d + "/profile.json"))["functions"]}
+                        for f in truth["functions"]:
+                            e = est.get(f["name"])
+                            if f.get("mean_oncpu_ticks") is None or not e or e.get("oncpu_mean_ci_ticks") is None:
+                                continue
+                            call = f["mean_oncpu_ticks"] + (1 + f.get("nested_calls", 0)) * overhead
+                            lo, hi = e["oncpu_mean_ci_ticks"]
+                            bias.setdefault((arm, prov, f["name"]), []).append(
+                                (e["oncpu_mean_ticks"] - call, (hi - lo) / 2))
+                            c = cover.setdefault(arm, [0, 0])
+                            c[0] += lo <= call <= hi
+                            c[1] += 1
+            print(f"round {r + 1}/{rounds} done", file=sys.stderr)
+    print("build provider function        est-truth  half-width  (median ticks over runs)")
+    for (arm, prov, name), v in sorted(bias.items()):
+        print(f"{arm:5} {prov:8} {name:15} {statistics.median(x[0] for x in v):+9.0f} "
+              f"{statistics.median(x[1] for x in v):10.0f}   n={len(v)}")
+    for arm, (k, n) in sorted(cover.items()):
+        print(f"{arm}: {builds[arm]}: intervals covering the call's truth {k}/{n}")
+
+
+if __name__ == "__main__":
+    main()
