@@ -41,5 +41,7 @@ Status reserve(std::uintptr_t addr, std::uint8_t boundary_mask, std::size_t body
 // Returns unused tail bytes of the most recent body reservation at `body` (bodies are
 // reserved with an upper bound, then trimmed to what relocation emitted).
 void trim_body(std::uint8_t* body, std::size_t reserved, std::size_t used) noexcept;
+// How many times reserve() has read /proc/self/maps (it keeps a snapshot; for tests).
+std::size_t maps_reads() noexcept;
 
 }  // namespace crossmod::tp::detail
