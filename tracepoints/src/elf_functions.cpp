@@ -13,7 +13,6 @@
 #include <algorithm>
 #include <climits>
 #include <cstring>
-#include <unordered_set>
 
 namespace crossmod::tp {
 
@@ -45,9 +44,11 @@ int collect(dl_phdr_info* info, std::size_t, void* data) {
   return 0;
 }
 
-// Walks one file's symbol table; false if the file cannot be read as ELF64.
-bool read_symbols(const Loaded& l, std::vector<ElfFunction>* out, bool* has_symtab,
-                  std::size_t* count) {
+// Walks one file's symbol table; false if the file cannot be read as ELF64. Appends the
+// functions `keep` accepts (all when null), one per address: of aliases, the first in
+// table order. *count: functions after collapsing aliases, accepted or not.
+bool read_symbols(const Loaded& l, const FunctionFilter* keep, std::vector<ElfFunction>* out,
+                  bool* has_symtab, std::size_t* count) {
   const int fd = ::open(l.path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return false;
   struct stat st;
@@ -86,6 +87,8 @@ bool read_symbols(const Loaded& l, std::vector<ElfFunction>* out, bool* has_symt
         const auto* syms = reinterpret_cast<const Elf64_Sym*>(base + table->sh_offset);
         const std::size_t n = table->sh_size / sizeof(Elf64_Sym);
         const char* names = reinterpret_cast<const char*>(base + strs.sh_offset);
+        // (runtime address, symbol index) of every function symbol inside the text.
+        std::vector<std::pair<std::uintptr_t, std::size_t>> fn;
         for (std::size_t i = 0; i < n; ++i) {
           const Elf64_Sym& s = syms[i];
           if (ELF64_ST_TYPE(s.st_info) != STT_FUNC || s.st_shndx == SHN_UNDEF || s.st_size == 0 ||
@@ -95,9 +98,21 @@ bool read_symbols(const Loaded& l, std::vector<ElfFunction>* out, bool* has_symt
           const bool in_text = std::any_of(l.exec.begin(), l.exec.end(), [&](const auto& r) {
             return a >= r.first && a + s.st_size <= r.second;
           });
-          if (!in_text) continue;
+          if (in_text) fn.emplace_back(a, i);
+        }
+        // Aliases collapse into the first symbol of their address, then table order again.
+        std::sort(fn.begin(), fn.end());
+        fn.erase(std::unique(fn.begin(), fn.end(),
+                             [](const auto& x, const auto& y) { return x.first == y.first; }),
+                 fn.end());
+        std::sort(fn.begin(), fn.end(),
+                  [](const auto& x, const auto& y) { return x.second < y.second; });
+        *count = fn.size();
+        for (const auto& [a, i] : fn) {
+          const Elf64_Sym& s = syms[i];
           const char* nm = names + s.st_name;
           const std::size_t nlen = strnlen(nm, strs.sh_size - s.st_name);
+          if (keep != nullptr && !(*keep)(std::string_view(nm, nlen), l.path)) continue;
           ElfFunction f;
           f.name.assign(nm, nlen);
           f.addr = a;
@@ -105,7 +120,6 @@ bool read_symbols(const Loaded& l, std::vector<ElfFunction>* out, bool* has_symt
           f.object = l.path;
           f.from_symtab = *has_symtab;
           out->push_back(std::move(f));
-          ++*count;
         }
       }
     }
@@ -114,30 +128,34 @@ bool read_symbols(const Loaded& l, std::vector<ElfFunction>* out, bool* has_symt
   return ok;
 }
 
-}  // namespace
-
-bool enumerate_functions(std::vector<ElfFunction>* out, std::vector<ElfObjectInfo>* objects) {
+bool enumerate(std::vector<ElfFunction>* out, std::vector<ElfObjectInfo>* objects,
+               const FunctionFilter* keep) {
   std::vector<Loaded> loaded;
   dl_iterate_phdr(collect, &loaded);
   if (loaded.empty()) return false;
-  std::unordered_set<std::uintptr_t> seen;
+  // Objects occupy disjoint address ranges and a function lies inside its own object's
+  // text, so collapsing aliases per object gives one entry per address overall.
   for (const Loaded& l : loaded) {
     if (l.path.empty() || l.exec.empty()) continue;
-    std::vector<ElfFunction> fns;
     ElfObjectInfo info;
     info.path = l.path;
     info.text_begin = l.exec.front().first;
     info.text_end = l.exec.back().second;
-    std::size_t count = 0;
-    read_symbols(l, &fns, &info.has_symtab, &count);
-    for (ElfFunction& f : fns)
-      if (seen.insert(f.addr).second) {
-        out->push_back(std::move(f));
-        ++info.functions;
-      }
+    read_symbols(l, keep, out, &info.has_symtab, &info.functions);
     if (objects != nullptr) objects->push_back(std::move(info));
   }
   return true;
+}
+
+}  // namespace
+
+bool enumerate_functions(std::vector<ElfFunction>* out, std::vector<ElfObjectInfo>* objects) {
+  return enumerate(out, objects, nullptr);
+}
+
+bool enumerate_functions(std::vector<ElfFunction>* out, std::vector<ElfObjectInfo>* objects,
+                         const FunctionFilter& keep) {
+  return enumerate(out, objects, keep ? &keep : nullptr);
 }
 
 }  // namespace crossmod::tp

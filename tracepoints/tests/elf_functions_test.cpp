@@ -73,5 +73,49 @@ TEST(ElfFunctions, TracepointOnCompiledFunction) {
   EXPECT_EQ(g_elf_hits.load() - h0, 50u);
 }
 
+
+// The filtered enumeration is the unfiltered one with the rejected functions taken out:
+// aliases collapse before the filter (C++ C1/C2 constructors, libc's __libc_* names share
+// addresses: a filter that took a second alias would add entries), and the per-object
+// counts still count every function.
+TEST(ElfFunctions, FilterKeepsWhatTheUnfilteredListHas) {
+  std::vector<ElfFunction> all;
+  std::vector<ElfObjectInfo> all_objs;
+  ASSERT_TRUE(enumerate_functions(&all, &all_objs));
+  const auto prefix = [](std::string_view p) {
+    return [p](std::string_view name, const std::string&) { return name.substr(0, p.size()) == p; };
+  };
+  const auto c1 = [](std::string_view name, const std::string&) {
+    return name.find("C1E") != std::string_view::npos;
+  };
+  const FunctionFilter filters[] = {prefix("__"), prefix("mem"), c1,
+                                    [](std::string_view, const std::string& o) {
+                                      return o.find("libc.so") != std::string::npos;
+                                    }};
+  for (const FunctionFilter& keep : filters) {
+    std::vector<ElfFunction> got;
+    std::vector<ElfObjectInfo> objs;
+    ASSERT_TRUE(enumerate_functions(&got, &objs, keep));
+    std::vector<const ElfFunction*> want;
+    for (const ElfFunction& f : all)
+      if (keep(f.name, f.object)) want.push_back(&f);
+    ASSERT_FALSE(want.empty());
+    ASSERT_EQ(got.size(), want.size());
+    for (std::size_t i = 0; i < got.size(); ++i) {
+      EXPECT_EQ(got[i].name, want[i]->name);
+      EXPECT_EQ(got[i].addr, want[i]->addr);
+      EXPECT_EQ(got[i].size, want[i]->size);
+      EXPECT_EQ(got[i].object, want[i]->object);
+      EXPECT_EQ(got[i].from_symtab, want[i]->from_symtab);
+    }
+    ASSERT_EQ(objs.size(), all_objs.size());
+    for (std::size_t i = 0; i < objs.size(); ++i) EXPECT_EQ(objs[i].functions, all_objs[i].functions);
+  }
+  // Nothing accepted: nothing appended.
+  std::vector<ElfFunction> none;
+  ASSERT_TRUE(enumerate_functions(&none, nullptr, [](std::string_view, const std::string&) { return false; }));
+  EXPECT_TRUE(none.empty());
+}
+
 }  // namespace
 }  // namespace crossmod::tp

@@ -5,7 +5,9 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace crossmod::tp {
@@ -32,5 +34,14 @@ struct ElfObjectInfo {
 // with functions == 0.
 bool enumerate_functions(std::vector<ElfFunction>* out,
                          std::vector<ElfObjectInfo>* objects = nullptr);
+
+// The same, appending only the functions `keep` accepts, asked with each function's (raw,
+// mangled) name and object path after the aliases collapsed: the result is the
+// unfiltered one with the others taken out (ElfObjectInfo::functions still counts them
+// all). Nothing is allocated for a rejected function, which is most of the cost when a
+// pattern selects a few hundred of the tens of thousands of functions of a process.
+using FunctionFilter = std::function<bool(std::string_view name, const std::string& object)>;
+bool enumerate_functions(std::vector<ElfFunction>* out, std::vector<ElfObjectInfo>* objects,
+                         const FunctionFilter& keep);
 
 }  // namespace crossmod::tp
