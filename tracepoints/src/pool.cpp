@@ -290,6 +290,20 @@ Status new_entry_page(Pool& P, std::uintptr_t next_ip, const RelConstraint& c,
 
 }  // namespace
 
+bool entry_possible(std::uintptr_t addr, std::uint8_t boundary_mask) noexcept {
+  const RelConstraint c = RelConstraint::from_boundaries(boundary_mask);
+  const std::uintptr_t next_ip = addr + enc::kRel32JmpLen;
+  // The s values whose address lies in [kLowest, kUserTop), the range the search accepts.
+  const auto rel_of = [next_ip](std::uintptr_t a) {
+    return static_cast<std::int64_t>(a) - static_cast<std::int64_t>(next_ip);
+  };
+  const std::int64_t lo = std::max(rel_of(kLowest), -kTwoGiB);
+  const std::int64_t hi = std::min(rel_of(kUserTop) - 1, kTwoGiB - 1);
+  if (lo > hi) return false;
+  const std::uint64_t s = next_ge(rel_to_s(lo), c.mask, c.value);
+  return s != kNone && s <= rel_to_s(hi);
+}
+
 Status reserve(std::uintptr_t addr, std::uint8_t boundary_mask, std::size_t body_len,
                bool want_entry, Reservation* out, std::error_code* ec) noexcept {
   try {

@@ -128,6 +128,14 @@ std::uint8_t condition_code(const Decoded& d) noexcept {
 
 Status analyze(const std::uint8_t* code, std::size_t size, std::uintptr_t addr,
                Analysis* out) noexcept {
+  if (const Status s = detail::analyze_head(code, size, addr, out); s != Status::ok) return s;
+  return detail::analyze_scan(code, size, addr, out);
+}
+
+namespace detail {
+
+Status analyze_head(const std::uint8_t* code, std::size_t size, std::uintptr_t,
+                    Analysis* out) noexcept {
   *out = Analysis{};
   if (code == nullptr || size < kJumpLen) return Status::too_short;
   const ZydisDecoder dec = make_decoder();
@@ -148,7 +156,14 @@ Status analyze(const std::uint8_t* code, std::size_t size, std::uintptr_t addr,
     if (off < kJumpLen && ends_flow(d)) return Status::too_short;
   }
   out->replaced_len = static_cast<std::uint8_t>(off);
+  return Status::ok;
+}
 
+Status analyze_scan(const std::uint8_t* code, std::size_t size, std::uintptr_t addr,
+                    Analysis* out) noexcept {
+  const ZydisDecoder dec = make_decoder();
+  Decoded d;
+  const std::size_t off = out->replaced_len;
   // Every relative branch of the function (replaced instructions included) must land on
   // a replaced boundary or outside the range: a landing mid-instruction would execute the
   // jump's rel32 bytes as code.
@@ -188,8 +203,6 @@ Status analyze(const std::uint8_t* code, std::size_t size, std::uintptr_t addr,
   }
   return Status::ok;
 }
-
-namespace detail {
 
 Status analyze_first(const std::uint8_t* code, std::size_t size, std::uintptr_t,
                      Analysis* out) noexcept {

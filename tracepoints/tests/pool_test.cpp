@@ -202,5 +202,29 @@ TEST(Pool, StaleSnapshotNeverClobbers) {
   }
 }
 
+
+// entry_possible() agrees with what the search finds, for every boundary pattern, at a
+// low address (where patterns fixing byte 4 point below address 0) and at a high one.
+TEST(Pool, EntryPossibleAgreesWithReserve) {
+  CodeBlock code;
+  ASSERT_EQ(CodeBlock::allocate(4096, nullptr, &code), crossmod::Status::ok);
+  const std::uintptr_t addrs[] = {std::uintptr_t{0x20000000} + 0x123,
+                                  reinterpret_cast<std::uintptr_t>(code.data()) + 0x40};
+  std::size_t impossible = 0;
+  for (std::uintptr_t addr : addrs) {
+    for (unsigned m = 0; m < 16; ++m) {
+      const auto mask = static_cast<std::uint8_t>(m << 1);
+      detail::Reservation r;
+      const Status s = detail::reserve(addr, mask, 64, true, &r, nullptr);
+      EXPECT_EQ(detail::entry_possible(addr, mask), s == Status::ok) << std::hex << addr << " mask " << m;
+      if (s != Status::ok) {
+        EXPECT_EQ(s, Status::no_trampoline_space);
+      }
+      impossible += !detail::entry_possible(addr, mask);
+    }
+  }
+  EXPECT_EQ(impossible, 8u);  // the low address, every pattern with byte 4 fixed
+}
+
 }  // namespace
 }  // namespace crossmod::tp
