@@ -100,16 +100,19 @@ bool read_symbols(const Loaded& l, const FunctionFilter* keep, std::vector<ElfFu
           });
           if (in_text) fn.emplace_back(a, i);
         }
-        // Aliases collapse into the first symbol of their address, then table order again.
+        // Aliases collapse into the first symbol of their address; then table order again
+        // (a mark per symbol: cheaper than sorting back).
         std::sort(fn.begin(), fn.end());
-        fn.erase(std::unique(fn.begin(), fn.end(),
-                             [](const auto& x, const auto& y) { return x.first == y.first; }),
-                 fn.end());
-        std::sort(fn.begin(), fn.end(),
-                  [](const auto& x, const auto& y) { return x.second < y.second; });
-        *count = fn.size();
-        for (const auto& [a, i] : fn) {
+        std::vector<bool> first(n, false);
+        for (std::size_t k = 0; k < fn.size(); ++k)
+          if (k == 0 || fn[k].first != fn[k - 1].first) {
+            first[fn[k].second] = true;
+            ++*count;
+          }
+        for (std::size_t i = 0; i < n; ++i) {
+          if (!first[i]) continue;
           const Elf64_Sym& s = syms[i];
+          const std::uintptr_t a = l.bias + s.st_value;
           const char* nm = names + s.st_name;
           const std::size_t nlen = strnlen(nm, strs.sh_size - s.st_name);
           if (keep != nullptr && !(*keep)(std::string_view(nm, nlen), l.path)) continue;
