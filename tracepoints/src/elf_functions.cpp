@@ -152,6 +152,19 @@ bool enumerate(std::vector<ElfFunction>* out, std::vector<ElfObjectInfo>* object
 
 }  // namespace
 
+bool demangled_cannot_match(std::string_view mangled, std::string_view pattern) noexcept {
+  if (mangled.substr(0, 2) != "_Z") return false;
+  const char kind = mangled.size() > 2 ? mangled[2] : '\0';
+  if (kind == 'T' || kind == 'G' || kind == 'Z') return false;  // special or local names
+  std::size_t n = 0;
+  const auto word_char = [](char c) {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_';
+  };
+  while (n < pattern.size() && word_char(pattern[n])) ++n;
+  if (n == 0 || pattern[0] < 'A' || pattern[0] > 'Z') return false;
+  return mangled.find(pattern.substr(0, n)) == std::string_view::npos;
+}
+
 bool enumerate_functions(std::vector<ElfFunction>* out, std::vector<ElfObjectInfo>* objects) {
   return enumerate(out, objects, nullptr);
 }

@@ -3,10 +3,16 @@
 // writable through code_memory, installed, called, removed) counts and keeps semantics.
 #include "crossmod/elf_functions.hpp"
 
+#include <cxxabi.h>
+#include <fnmatch.h>
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <cctype>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <set>
 
 #include "crossmod/code_memory.hpp"
 #include "crossmod/tracepoint.hpp"
@@ -115,6 +121,66 @@ TEST(ElfFunctions, FilterKeepsWhatTheUnfilteredListHas) {
   std::vector<ElfFunction> none;
   ASSERT_TRUE(enumerate_functions(&none, nullptr, [](std::string_view, const std::string&) { return false; }));
   EXPECT_TRUE(none.empty());
+}
+
+
+// demangled_cannot_match() on the C++ functions of every object loaded here (libstdc++,
+// gtest: thousands): the premise (an ordinary name's demangling starts with a word of its
+// mangled name, or with a lowercase or '_' word of the demangler's) holds for each, and
+// for patterns made of the first words seen (and their capitalised forms), a "cannot
+// match" is never contradicted by fnmatch on the real demangling.
+TEST(ElfFunctions, DemangledCannotMatchAgreesWithTheDemangler) {
+  std::vector<ElfFunction> fns;
+  ASSERT_TRUE(enumerate_functions(&fns));
+  std::vector<std::pair<std::string, std::string>> names;  // (mangled, demangled)
+  std::set<std::string> words;
+  for (const ElfFunction& f : fns) {
+    if (f.name.rfind("_Z", 0) != 0) continue;
+    int rc = -1;
+    char* d = abi::__cxa_demangle(f.name.c_str(), nullptr, nullptr, &rc);
+    const std::string dem = rc == 0 && d != nullptr ? d : f.name;
+    std::free(d);
+    names.emplace_back(f.name, dem);
+    std::size_t n = 0;
+    while (n < dem.size() && (std::isalnum(static_cast<unsigned char>(dem[n])) != 0 || dem[n] == '_')) ++n;
+    const std::string w = dem.substr(0, n);
+    const char k = f.name.size() > 2 ? f.name[2] : '\0';
+    if (k != 'T' && k != 'G' && k != 'Z' && !w.empty()) {
+      EXPECT_TRUE(f.name.find(w) != std::string::npos || (w[0] >= 'a' && w[0] <= 'z') || w[0] == '_')
+          << f.name << " -> " << dem;
+    }
+    if (!w.empty()) words.insert(w);
+  }
+  ASSERT_GT(names.size(), 1000u);
+  std::vector<std::string> patterns = {"Py*", "PyObject*", "Foo::*", "Z*", "Xy?z*", "Ab[c]*"};
+  for (const std::string& w : words) {
+    std::string cap = w;
+    cap[0] = static_cast<char>(std::toupper(static_cast<unsigned char>(cap[0])));
+    patterns.push_back(w + "*");
+    patterns.push_back(cap + "*");
+    patterns.push_back(cap.substr(0, 2) + "*");
+  }
+  std::size_t decided = 0;
+  for (const std::string& p : patterns)
+    for (const auto& [mangled, dem] : names)
+      if (demangled_cannot_match(mangled, p)) {
+        ++decided;
+        ASSERT_NE(fnmatch(p.c_str(), dem.c_str(), 0), 0) << p << " matches " << dem << " (" << mangled << ")";
+      }
+  EXPECT_GT(decided, 1000u);  // the shortcut does decide
+  std::printf("%zu C++ functions, %zu first words, %zu patterns: %zu (name, pattern) decided\n",
+              names.size(), words.size(), patterns.size(), decided);
+  // What it never decides: a lowercase or wildcard start, special and local names, a word
+  // the mangled name holds.
+  EXPECT_FALSE(demangled_cannot_match("_ZN3foo3barEv", "sqlite3_*"));
+  EXPECT_FALSE(demangled_cannot_match("_ZN3foo3barEv", "*Py*"));
+  EXPECT_FALSE(demangled_cannot_match("_ZTV3Foo", "Py*"));
+  EXPECT_FALSE(demangled_cannot_match("_ZGVZ3foovE1x", "Py*"));
+  EXPECT_FALSE(demangled_cannot_match("_ZZ3foovE3Bar", "Py*"));
+  EXPECT_FALSE(demangled_cannot_match("_ZN5PyFoo3barEv", "PyF*"));
+  EXPECT_FALSE(demangled_cannot_match("Py_Foo", "Py*"));  // not mangled
+  EXPECT_TRUE(demangled_cannot_match("_ZN3foo3barEv", "Py*"));
+  EXPECT_TRUE(demangled_cannot_match("_ZNSt6vectorIiSaIiEE9push_backERKi", "Py*"));
 }
 
 }  // namespace
