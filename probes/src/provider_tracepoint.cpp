@@ -193,7 +193,7 @@ Status attach_tracepoints(const char* pattern, const char* object_pattern, std::
       raw_name.assign(raw);
       if (raw_name.rfind("_Z", 0) == 0) {
         // Demangling every C++ name costs ~1.5 us each (libstdc++'s alone: ~6 ms per
-        // process); most can be ruled out from the mangled name ('Py*').
+        // process); most can be ruled out from the mangled name ('Py*', 'sqlite3_*').
         if (tp::demangled_cannot_match(raw, pattern_view)) return false;
         return fnmatch(pattern, demangled(raw_name).c_str(), 0) == 0;
       }

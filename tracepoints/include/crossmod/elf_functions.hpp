@@ -47,12 +47,12 @@ bool enumerate_functions(std::vector<ElfFunction>* out, std::vector<ElfObjectInf
 // True when no demangling of the C++ symbol `mangled` ("_Z...") can match the fnmatch(3)
 // `pattern` (flags 0), decided without demangling (~1.5 us a name: libstdc++ alone has
 // 3,839 functions, in every process the preload libraries are in): the pattern starts
-// with a word (letters, digits, '_') whose first letter is uppercase, and that word is
-// not in the mangled name. The first word of a demangled ordinary function name (not a
-// special "_ZT"/"_ZG" name, not a local "_ZZ" entity) is a source identifier, which the
-// mangled name holds verbatim, or a type or keyword the demangler writes (void, int,
-// std, operator, decltype, _Float..., all lowercase or '_'); a name that does not
-// demangle is matched raw ("_Z..."). False whenever that does not decide it.
+// with a word (letters, digits, '_') that is neither in the mangled name nor the start of
+// a word the demangler writes itself. The demangling of an ordinary function name (not a
+// special "_ZT"/"_ZG" name, not a local "_ZZ" entity) starts with a source identifier,
+// held verbatim in the mangled name, or with a type or keyword (void, std, operator,
+// decltype, _Float...); a name that does not demangle is matched raw ("_Z..."). False
+// whenever that does not decide it (a pattern starting with a wildcard, "std*", ...).
 bool demangled_cannot_match(std::string_view mangled, std::string_view pattern) noexcept;
 
 }  // namespace crossmod::tp
