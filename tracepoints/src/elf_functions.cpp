@@ -162,7 +162,7 @@ constexpr std::string_view kFirstWords[] = {
     "alignas", "alignof", "and", "asm", "auto", "bitand", "bitor", "bool", "char", "char8_t",
     "char16_t", "char32_t", "class", "co_await", "compl", "complex", "concept", "const",
     "consteval", "constexpr", "constinit", "const_cast", "decimal32", "decimal64",
-    "decimal128", "decltype", "delete", "double", "dynamic_cast", "enum", "false", "float",
+    "decimal", "decimal128", "decltype", "delete", "double", "dynamic_cast", "enum", "false", "float",
     "friend", "half", "imaginary", "int", "long", "new", "noexcept", "not", "nullptr",
     "operator", "or", "reinterpret_cast", "requires", "restrict", "short", "signed",
     "sizeof", "static_cast", "std", "struct", "template", "this", "throw", "true",
@@ -184,10 +184,12 @@ bool demangled_cannot_match(std::string_view mangled, std::string_view pattern) 
   if (n == 0) return false;  // a wildcard or punctuation first: undecided
   const std::string_view lead = pattern.substr(0, n);
   // The demangled name starts with its first word, so `lead` must begin that word: a
-  // source identifier (then lead is in the mangled name) or one of kFirstWords.
+  // source identifier (then lead is in the mangled name) or a word of the demangler's,
+  // which may be one of kFirstWords extended ("_Float" 16 "x", "decimal" 32): undecided
+  // when lead and a listed word start alike either way.
   if (mangled.find(lead) != std::string_view::npos) return false;
   for (std::string_view w : kFirstWords)
-    if (w.substr(0, lead.size()) == lead) return false;
+    if (w.substr(0, lead.size()) == lead || lead.substr(0, w.size()) == w) return false;
   return true;
 }
 

@@ -181,6 +181,8 @@ TEST(ElfFunctions, DemangledCannotMatchAgreesWithTheDemangler) {
   EXPECT_TRUE(demangled_cannot_match("_ZN3foo3barEv", "sqlite3_*"));
   EXPECT_FALSE(demangled_cannot_match("_ZN3foo3barEv", "std*"));
   EXPECT_FALSE(demangled_cannot_match("_Z3fooIiEvv", "vo*"));  // "void foo<int>()"
+  EXPECT_FALSE(demangled_cannot_match("_Z3fooIiEDF16_v", "_Float16*"));  // "_Float16 foo<int>()"
+  EXPECT_FALSE(demangled_cannot_match("_Z3fooIiEDF32x_v", "_Float32x*"));
   EXPECT_FALSE(demangled_cannot_match("_ZN3foo3barEv", "fo*"));
   EXPECT_GT(vocabulary_first, 0u);  // return types: "void", "bool", ... were seen
   EXPECT_FALSE(demangled_cannot_match("_ZN3foo3barEv", "*Py*"));
