@@ -182,7 +182,7 @@ Status attach_tracepoints(const char* pattern, const char* object_pattern, std::
     const std::string* last_object = nullptr;  // the object test, once per object
     bool object_ok = false;
     std::string raw_name;  // reused: no allocation per rejected name
-    const std::string_view pattern_view(pattern);
+    const tp::DemangledMatchTest demangled_test(pattern);
     const tp::FunctionFilter keep = [&](std::string_view raw, const std::string& object) {
       if (&object != last_object) {
         last_object = &object;
@@ -194,7 +194,7 @@ Status attach_tracepoints(const char* pattern, const char* object_pattern, std::
       if (raw_name.rfind("_Z", 0) == 0) {
         // Demangling every C++ name costs ~1.5 us each (libstdc++'s alone: ~6 ms per
         // process); most can be ruled out from the mangled name ('Py*', 'sqlite3_*').
-        if (tp::demangled_cannot_match(raw, pattern_view)) return false;
+        if (demangled_test.cannot_match(raw)) return false;
         return fnmatch(pattern, demangled(raw_name).c_str(), 0) == 0;
       }
       return fnmatch(pattern, raw_name.c_str(), 0) == 0;

@@ -172,25 +172,32 @@ constexpr std::string_view kFirstWords[] = {
 };
 }  // namespace
 
-bool demangled_cannot_match(std::string_view mangled, std::string_view pattern) noexcept {
-  if (mangled.substr(0, 2) != "_Z") return false;
-  const char kind = mangled.size() > 2 ? mangled[2] : '\0';
-  if (kind == 'T' || kind == 'G' || kind == 'Z') return false;  // special or local names
+DemangledMatchTest::DemangledMatchTest(std::string_view pattern) noexcept {
   std::size_t n = 0;
   const auto word_char = [](char c) {
     return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_';
   };
   while (n < pattern.size() && word_char(pattern[n])) ++n;
-  if (n == 0) return false;  // a wildcard or punctuation first: undecided
   const std::string_view lead = pattern.substr(0, n);
+  if (lead.empty()) return;  // a wildcard or punctuation first: undecided
   // The demangled name starts with its first word, so `lead` must begin that word: a
   // source identifier (then lead is in the mangled name) or a word of the demangler's,
   // which may be one of kFirstWords extended ("_Float" 16 "x", "decimal" 32): undecided
   // when lead and a listed word start alike either way.
-  if (mangled.find(lead) != std::string_view::npos) return false;
   for (std::string_view w : kFirstWords)
-    if (w.substr(0, lead.size()) == lead || lead.substr(0, w.size()) == w) return false;
-  return true;
+    if (w.substr(0, lead.size()) == lead || lead.substr(0, w.size()) == w) return;
+  lead_ = lead;
+}
+
+bool DemangledMatchTest::cannot_match(std::string_view mangled) const noexcept {
+  if (lead_.empty() || mangled.substr(0, 2) != "_Z") return false;
+  const char kind = mangled.size() > 2 ? mangled[2] : '\0';
+  if (kind == 'T' || kind == 'G' || kind == 'Z') return false;  // special or local names
+  return mangled.find(lead_) == std::string_view::npos;
+}
+
+bool demangled_cannot_match(std::string_view mangled, std::string_view pattern) noexcept {
+  return DemangledMatchTest(pattern).cannot_match(mangled);
 }
 
 bool enumerate_functions(std::vector<ElfFunction>* out, std::vector<ElfObjectInfo>* objects) {

@@ -53,6 +53,16 @@ bool enumerate_functions(std::vector<ElfFunction>* out, std::vector<ElfObjectInf
 // held verbatim in the mangled name, or with a type or keyword (void, std, operator,
 // decltype, _Float...); a name that does not demangle is matched raw ("_Z..."). False
 // whenever that does not decide it (a pattern starting with a wildcard, "std*", ...).
+// The pattern's part is decided once (DemangledMatchTest, which keeps a view into the
+// pattern: it must outlive the object); each name then costs one substring search.
 bool demangled_cannot_match(std::string_view mangled, std::string_view pattern) noexcept;
+class DemangledMatchTest {
+ public:
+  explicit DemangledMatchTest(std::string_view pattern) noexcept;
+  bool cannot_match(std::string_view mangled) const noexcept;
+
+ private:
+  std::string_view lead_;  // the pattern's leading word; empty: never decides
+};
 
 }  // namespace crossmod::tp
