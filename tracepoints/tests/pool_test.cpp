@@ -155,39 +155,45 @@ TEST(Pool, StaleSnapshotNeverClobbers) {
   CodeBlock code;
   ASSERT_EQ(CodeBlock::allocate(4096, nullptr, &code), crossmod::Status::ok);
   const auto base = reinterpret_cast<std::uintptr_t>(code.data());
-  detail::Reservation warm;  // leaves the snapshot valid
+  detail::Reservation warm;  // leaves the snapshot valid (its entry is ~816 MiB below)
   ASSERT_EQ(detail::reserve(base, 1u << 4, 64, true, &warm, nullptr), Status::ok);
   // Bytes 1 and 2 of rel fixed: 256-byte windows 16 MiB apart. Occupy the pages of the
-  // two nearest windows above and below the function with our own mappings.
-  const std::uintptr_t f = base + 64, next_ip = f + 5;
+  // two nearest windows above and below the function with our own mappings (moving the
+  // function 1 MiB at a time until some are free: other tests, or a sanitizer's
+  // allocator, may have mapped them already).
   const std::uint8_t mask = (1u << 2) | (1u << 3);
   const RelConstraint c = RelConstraint::from_boundaries(mask);
   const std::uint64_t zero = std::uint64_t{1} << 31;  // s of rel 0
-  std::vector<std::uintptr_t> windows;
-  std::uint64_t up = zero, down = zero - 1;
-  for (int k = 0; k < 2; ++k) {
-    up = next_ge(up, c.mask, c.value);
-    down = prev_le(down, c.mask, c.value);
-    ASSERT_NE(up, kNone);
-    ASSERT_NE(down, kNone);
-    windows.push_back(next_ip + static_cast<std::uintptr_t>(static_cast<std::int64_t>(up) - (std::int64_t{1} << 31)));
-    windows.push_back(next_ip + static_cast<std::uintptr_t>(static_cast<std::int64_t>(down) - (std::int64_t{1} << 31) - 255));
-    up += 256;
-    down -= 256;
-  }
+  std::uintptr_t f = 0, next_ip = 0;
   std::vector<std::uintptr_t> mine;
-  for (std::uintptr_t w : windows)
-    for (std::uintptr_t pg = w & ~std::uintptr_t{4095}; pg < w + 256; pg += 4096) {
-      void* m = mmap(reinterpret_cast<void*>(pg), 4096, PROT_READ | PROT_WRITE,
-                     MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0);
-      if (m == MAP_FAILED) continue;
-      if (m != reinterpret_cast<void*>(pg)) {
-        munmap(m, 4096);
-        continue;
-      }
-      std::memset(m, 0x5A, 4096);
-      mine.push_back(pg);
+  for (std::uintptr_t k = 0; k < 256 && mine.empty(); ++k) {
+    f = base + 64 + (k << 20);
+    next_ip = f + 5;
+    std::vector<std::uintptr_t> windows;
+    std::uint64_t up = zero, down = zero - 1;
+    for (int w = 0; w < 2; ++w) {
+      up = next_ge(up, c.mask, c.value);
+      down = prev_le(down, c.mask, c.value);
+      ASSERT_NE(up, kNone);
+      ASSERT_NE(down, kNone);
+      windows.push_back(next_ip + static_cast<std::uintptr_t>(static_cast<std::int64_t>(up) - (std::int64_t{1} << 31)));
+      windows.push_back(next_ip + static_cast<std::uintptr_t>(static_cast<std::int64_t>(down) - (std::int64_t{1} << 31) - 255));
+      up += 256;
+      down -= 256;
     }
+    for (std::uintptr_t w : windows)
+      for (std::uintptr_t pg = w & ~std::uintptr_t{4095}; pg < w + 256; pg += 4096) {
+        void* m = mmap(reinterpret_cast<void*>(pg), 4096, PROT_READ | PROT_WRITE,
+                       MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0);
+        if (m == MAP_FAILED) continue;
+        if (m != reinterpret_cast<void*>(pg)) {
+          munmap(m, 4096);
+          continue;
+        }
+        std::memset(m, 0x5A, 4096);
+        mine.push_back(pg);
+      }
+  }
   ASSERT_FALSE(mine.empty());
   const std::size_t reads0 = detail::maps_reads();
   detail::Reservation r;
