@@ -27,8 +27,11 @@ struct Probe {
   // Immutable once the probe is published (count() covers it).
   std::uintptr_t function = 0;
   std::uintptr_t site = 0;
-  const char* name = "?";
-  const char* object = "?";
+  // nullptr, not "?": a pointer default needs a load-time relocation in each of the
+  // kMaxProbes slots of the static table (131,072 of them, every page of its 9 MB written
+  // before main). Registration always sets both.
+  const char* name = nullptr;
+  const char* object = nullptr;
   Kind kind = Kind::entry;
   Provider provider = Provider::manual;
   Form form = Form::call;

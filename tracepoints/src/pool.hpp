@@ -24,6 +24,13 @@ std::uint64_t next_ge(std::uint64_t s, std::uint32_t mask, std::uint32_t value) 
 // Largest s' <= s with (s' & mask) == value, or UINT64_MAX.
 std::uint64_t prev_le(std::uint64_t s, std::uint32_t mask, std::uint32_t value) noexcept;
 
+// Whether any address an entry slot may take (mappable: above mmap_min_addr, below the
+// 47-bit user top) has a rel32 from addr+5 satisfying the boundary constraint. False:
+// reserve() with want_entry cannot succeed, whatever is mapped (python3.11 is not PIE, at
+// 4 MiB: a boundary at byte 4 asks for rel32 in [-832, -816] MiB, below address 0; 359 of
+// its 939 Py* functions).
+bool entry_possible(std::uintptr_t addr, std::uint8_t boundary_mask) noexcept;
+
 struct Reservation {
   std::uintptr_t entry = 0;   // entry slot: the jump at addr targets it
   std::size_t entry_len = 0;  // 5 (jmp rel32 to body) or 14 (jmp [rip]; abs64)
@@ -41,5 +48,7 @@ Status reserve(std::uintptr_t addr, std::uint8_t boundary_mask, std::size_t body
 // Returns unused tail bytes of the most recent body reservation at `body` (bodies are
 // reserved with an upper bound, then trimmed to what relocation emitted).
 void trim_body(std::uint8_t* body, std::size_t reserved, std::size_t used) noexcept;
+// How many times reserve() has read /proc/self/maps (it keeps a snapshot; for tests).
+std::size_t maps_reads() noexcept;
 
 }  // namespace crossmod::tp::detail

@@ -12,6 +12,15 @@ namespace crossmod::tp::detail {
 // push rax; mov rax, imm64; xchg [rsp], rax; jmp [rip]; abs64 = 29).
 inline constexpr std::size_t kMaxCopyLen = 32;
 
+// analyze() in two steps. The head decodes the instructions the jump replaces (offsets,
+// boundary_mask, replaced_len: what the entry slot's constraint needs) and refuses what
+// cannot be relocated; the scan decodes the rest of the function for branches into them
+// (most of the work). prepare skips the scan when no entry slot can exist.
+Status analyze_head(const std::uint8_t* code, std::size_t size, std::uintptr_t addr,
+                    Analysis* out) noexcept;
+Status analyze_scan(const std::uint8_t* code, std::size_t size, std::uintptr_t addr,
+                    Analysis* out) noexcept;
+
 // Trap mode: only the first instruction (any length, even a lone `ret`) is relocated; the
 // code keeps its bytes except an int3 on byte 0, so neither the 5-byte minimum nor
 // branches into the range matter.

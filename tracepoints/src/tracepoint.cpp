@@ -110,8 +110,20 @@ Status Tracepoint::prepare_impl(void* addr, std::size_t size, Handler handler,
   if (trap::redirect_target(a) != 0) return Status::bad_state;
   Analysis an;
   bool trap_mode = false;
-  if (const Status s = analyze(code, size, a, &an); s != Status::ok) {
-    if (!trap_fallback || (s != Status::too_short && s != Status::branch_into_range)) return s;
+  Status as = detail::analyze_head(code, size, a, &an);
+  if (as == Status::ok && !detail::entry_possible(a, an.boundary_mask)) {
+    // No address can hold the entry slot, so reserve() below would refuse the jump
+    // whatever the scan for branches into the range found: skip the scan (most of the
+    // analysis; 60% of python3's Py* code is in such functions). Without the trap
+    // fallback the refusal reads no_trampoline_space even where the scan would have
+    // found branch_into_range; with it, trap mode as reserve()'s refusal gave.
+    if (!trap_fallback) return Status::no_trampoline_space;
+    as = Status::branch_into_range;  // -> trap mode below, on the first instruction only
+  } else if (as == Status::ok) {
+    as = detail::analyze_scan(code, size, a, &an);
+  }
+  if (as != Status::ok) {
+    if (!trap_fallback || (as != Status::too_short && as != Status::branch_into_range)) return as;
     if (const Status s1 = detail::analyze_first(code, size, a, &an); s1 != Status::ok) return s1;
     trap_mode = true;
   }

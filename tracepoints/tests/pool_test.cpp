@@ -5,8 +5,11 @@
 
 #include <gtest/gtest.h>
 
+#include <sys/mman.h>
+
 #include <cstring>
 #include <random>
+#include <vector>
 
 #include "crossmod/code_memory.hpp"
 #include "encoding.hpp"
@@ -121,6 +124,112 @@ TEST(Pool, EntriesArePacked) {
   for (int i = 0; i < 8; ++i)
     ASSERT_EQ(detail::reserve(addr, 1u << 1, 64, true, &r, nullptr), Status::ok);
   EXPECT_LE(pool_stats().entry_pages, pages + 1);
+}
+
+
+// reserve() keeps its snapshot of /proc/self/maps across reservations (python3 with 'Py*'
+// read it 414 times, most of the tracepoint start-up cost): 16 functions 4 KiB apart, each
+// needing an entry page of its own, cost at most a few reads (the first, and one per
+// collision with a mapping made since), not one each.
+TEST(Pool, MapsAreNotReadPerNewPage) {
+  CodeBlock code;
+  ASSERT_EQ(CodeBlock::allocate(std::size_t{1} << 20, nullptr, &code), crossmod::Status::ok);
+  const auto mid = reinterpret_cast<std::uintptr_t>(code.data()) + (std::size_t{1} << 19);
+  const std::size_t reads0 = detail::maps_reads();
+  const std::size_t pages0 = pool_stats().entry_pages;
+  for (std::uintptr_t i = 0; i < 16; ++i) {
+    detail::Reservation r;
+    ASSERT_EQ(detail::reserve(mid + i * 4096, 1u << 2, 64, true, &r, nullptr), Status::ok) << i;
+    std::uint8_t jump[5];
+    ASSERT_TRUE(enc::jmp_rel32(jump, mid + i * 4096, r.entry));
+    EXPECT_EQ(jump[2], 0xCC) << i;
+  }
+  EXPECT_GE(pool_stats().entry_pages - pages0, 8u);  // the test needs new pages to mean anything
+  EXPECT_LE(detail::maps_reads() - reads0, 3u);
+}
+
+// A mapping made after the snapshot, where the pool wants its next entry page: the
+// reservation still succeeds, elsewhere, and the mapping is left alone (the mmap never
+// clobbers; the collision refreshes the snapshot once).
+TEST(Pool, StaleSnapshotNeverClobbers) {
+  CodeBlock code;
+  ASSERT_EQ(CodeBlock::allocate(4096, nullptr, &code), crossmod::Status::ok);
+  const auto base = reinterpret_cast<std::uintptr_t>(code.data());
+  detail::Reservation warm;  // leaves the snapshot valid (its entry is ~816 MiB below)
+  ASSERT_EQ(detail::reserve(base, 1u << 4, 64, true, &warm, nullptr), Status::ok);
+  // Bytes 1 and 2 of rel fixed: 256-byte windows 16 MiB apart. Occupy the pages of the
+  // two nearest windows above and below the function with our own mappings (moving the
+  // function 1 MiB at a time until some are free: other tests, or a sanitizer's
+  // allocator, may have mapped them already).
+  const std::uint8_t mask = (1u << 2) | (1u << 3);
+  const RelConstraint c = RelConstraint::from_boundaries(mask);
+  const std::uint64_t zero = std::uint64_t{1} << 31;  // s of rel 0
+  std::uintptr_t f = 0, next_ip = 0;
+  std::vector<std::uintptr_t> mine;
+  for (std::uintptr_t k = 0; k < 256 && mine.empty(); ++k) {
+    f = base + 64 + (k << 20);
+    next_ip = f + 5;
+    std::vector<std::uintptr_t> windows;
+    std::uint64_t up = zero, down = zero - 1;
+    for (int w = 0; w < 2; ++w) {
+      up = next_ge(up, c.mask, c.value);
+      down = prev_le(down, c.mask, c.value);
+      ASSERT_NE(up, kNone);
+      ASSERT_NE(down, kNone);
+      windows.push_back(next_ip + static_cast<std::uintptr_t>(static_cast<std::int64_t>(up) - (std::int64_t{1} << 31)));
+      windows.push_back(next_ip + static_cast<std::uintptr_t>(static_cast<std::int64_t>(down) - (std::int64_t{1} << 31) - 255));
+      up += 256;
+      down -= 256;
+    }
+    for (std::uintptr_t w : windows)
+      for (std::uintptr_t pg = w & ~std::uintptr_t{4095}; pg < w + 256; pg += 4096) {
+        void* m = mmap(reinterpret_cast<void*>(pg), 4096, PROT_READ | PROT_WRITE,
+                       MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0);
+        if (m == MAP_FAILED) continue;
+        if (m != reinterpret_cast<void*>(pg)) {
+          munmap(m, 4096);
+          continue;
+        }
+        std::memset(m, 0x5A, 4096);
+        mine.push_back(pg);
+      }
+  }
+  ASSERT_FALSE(mine.empty());
+  const std::size_t reads0 = detail::maps_reads();
+  detail::Reservation r;
+  ASSERT_EQ(detail::reserve(f, mask, 64, true, &r, nullptr), Status::ok);
+  EXPECT_LE(detail::maps_reads() - reads0, 1u);
+  EXPECT_TRUE(c.ok(static_cast<std::int64_t>(r.entry - next_ip)));
+  for (std::uintptr_t pg : mine) {
+    EXPECT_FALSE(r.entry >= pg && r.entry < pg + 4096);
+    const auto* b = reinterpret_cast<const std::uint8_t*>(pg);
+    for (std::size_t i = 0; i < 4096; ++i) ASSERT_EQ(b[i], 0x5A) << std::hex << pg + i;
+    munmap(reinterpret_cast<void*>(pg), 4096);
+  }
+}
+
+
+// entry_possible() agrees with what the search finds, for every boundary pattern, at a
+// low address (where patterns fixing byte 4 point below address 0) and at a high one.
+TEST(Pool, EntryPossibleAgreesWithReserve) {
+  CodeBlock code;
+  ASSERT_EQ(CodeBlock::allocate(4096, nullptr, &code), crossmod::Status::ok);
+  const std::uintptr_t addrs[] = {std::uintptr_t{0x20000000} + 0x123,
+                                  reinterpret_cast<std::uintptr_t>(code.data()) + 0x40};
+  std::size_t impossible = 0;
+  for (std::uintptr_t addr : addrs) {
+    for (unsigned m = 0; m < 16; ++m) {
+      const auto mask = static_cast<std::uint8_t>(m << 1);
+      detail::Reservation r;
+      const Status s = detail::reserve(addr, mask, 64, true, &r, nullptr);
+      EXPECT_EQ(detail::entry_possible(addr, mask), s == Status::ok) << std::hex << addr << " mask " << m;
+      if (s != Status::ok) {
+        EXPECT_EQ(s, Status::no_trampoline_space);
+      }
+      impossible += !detail::entry_possible(addr, mask);
+    }
+  }
+  EXPECT_EQ(impossible, 8u);  // the low address, every pattern with byte 4 fixed
 }
 
 }  // namespace

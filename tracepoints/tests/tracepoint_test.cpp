@@ -5,6 +5,7 @@
 #include "crossmod/tracepoint.hpp"
 
 #include <gtest/gtest.h>
+#include <sys/mman.h>
 
 #include <atomic>
 #include <cstdio>
@@ -12,6 +13,7 @@
 #include <vector>
 
 #include "crossmod/trap.hpp"
+#include "pool.hpp"
 #include "stress.hpp"
 #include "test_code.hpp"
 
@@ -235,6 +237,44 @@ TEST(Tracepoint, BadSequencesAreRefused) {
   EXPECT_EQ(p.tp.install(test_wait()), Status::bad_bytes);
   Tracepoint t;
   EXPECT_EQ(Tracepoint::prepare(code.jcc().addr, 3, count_hit, nullptr, &t), Status::too_short);
+}
+
+// Code where no entry slot can exist: below 816 MiB with a boundary at byte 4, the rel32
+// would point below address 0 (python3.11's non-PIE text at 4 MiB, 359 of its Py*
+// functions). prepare skips the branch scan: no_trampoline_space without the trap
+// fallback, trap mode with it; the same bytes high in memory get their jump.
+TEST(Tracepoint, NoEntrySlotPossibleLowInMemory) {
+  // push r15; push r14; xor eax, eax; pop r14; pop r15; ret (boundaries at 2 and 4)
+  static const std::uint8_t kFn[] = {0x41, 0x57, 0x41, 0x56, 0x31, 0xC0,
+                                     0x41, 0x5E, 0x41, 0x5F, 0xC3};
+  constexpr std::uint8_t kMask = (1u << 2) | (1u << 4);
+  std::uint8_t* low = nullptr;
+  for (std::uintptr_t at : {0x20000000ul, 0x10000000ul, 0x28000000ul, 0x08000000ul, 0x02000000ul}) {
+    void* m = mmap(reinterpret_cast<void*>(at), 4096, PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0);
+    if (m == reinterpret_cast<void*>(at)) {
+      low = static_cast<std::uint8_t*>(m);
+      break;
+    }
+    if (m != MAP_FAILED) munmap(m, 4096);
+  }
+  ASSERT_NE(low, nullptr);
+  std::memcpy(low, kFn, sizeof kFn);
+  const auto low_at = reinterpret_cast<std::uintptr_t>(low);
+  EXPECT_FALSE(detail::entry_possible(low_at, kMask));
+  EXPECT_TRUE(detail::entry_possible(low_at, 1u << 2));  // byte 1 only: slots every 64 KiB
+  Tracepoint t;
+  EXPECT_EQ(Tracepoint::prepare(low, sizeof kFn, count_hit, nullptr, &t), Status::no_trampoline_space);
+  Tracepoint trap;
+  ASSERT_EQ(Tracepoint::prepare(low, sizeof kFn, count_hit, nullptr, &trap, nullptr, true), Status::ok);
+  EXPECT_TRUE(trap.trap_mode());
+  const auto high_at = reinterpret_cast<std::uintptr_t>(kFn);
+  ASSERT_GT(high_at, std::uintptr_t{1} << 32);  // PIE test binary
+  EXPECT_TRUE(detail::entry_possible(high_at, kMask));
+  Tracepoint jump;
+  ASSERT_EQ(Tracepoint::prepare(const_cast<std::uint8_t*>(kFn), sizeof kFn, count_hit, nullptr, &jump), Status::ok);
+  EXPECT_FALSE(jump.trap_mode());
+  munmap(low, 4096);  // never installed: nothing points into it
 }
 
 TEST(Tracepoint, CodeOutsideWritableRangeIsRefused) {
