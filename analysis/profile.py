@@ -341,6 +341,24 @@ def _median(xs: list[float]) -> Optional[float]:
     return statistics.median(xs) if xs else None
 
 
+def median_ci(xs: list[float], level: float = 0.95) -> Optional[tuple[float, float]]:
+    """Distribution-free interval for the median of independent draws (the rounds: each
+    a separate run, interleaved): [x_(k), x_(n+1-k)] of the sorted values with the largest
+    k such that P(Binomial(n, 1/2) < k) <= (1 - level) / 2, so it covers the median with
+    probability >= level whatever the distribution. None when n is too small for any k
+    (n < 6 at 95%)."""
+    n = len(xs)
+    alpha = (1 - level) / 2
+    k, tail = 0, 0.0
+    while k < n and tail + math.comb(n, k) / 2 ** n <= alpha:
+        tail += math.comb(n, k) / 2 ** n
+        k += 1
+    if k == 0:
+        return None
+    v = sorted(xs)
+    return v[k - 1], v[n - k]
+
+
 def _config(r: dict) -> str:
     return r["label"]
 
@@ -381,6 +399,7 @@ def table3(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
             "cpu_s_median": _median([r["cpu_s"] for r in ok if r["cpu_s"] is not None]),
             "slowdown_median": 1.0 if rs[0]["policy"] == "baseline" and ok else _median(s),
             "slowdown_min": min(s) if s else None, "slowdown_max": max(s) if s else None,
+            "slowdown_ci_lo": (median_ci(s) or (None, None))[0], "slowdown_ci_hi": (median_ci(s) or (None, None))[1],
             "instr_share": med("instr_share"), "toggle_share": med("toggle_share"),
             "toggles_per_s": med("toggles_per_s"), "samples_per_s": med("samples_per_s"),
             "probes": med("probes"), "functions": med("functions"),
@@ -652,8 +671,8 @@ def _num(v: Optional[float]) -> str:
 
 def table3_markdown(rows: list[dict[str, Any]]) -> str:
     lines = ["| workload | provider | config | runs | CPU s (median) | slowdown (median, min..max) "
-             "| instr share | toggle share | toggles/s | samples/s | probes | functions |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "| median's 95% interval | instr share | toggle share | toggles/s | samples/s | probes | functions |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         if r["slowdown_median"] is None:
             slow = "-"
@@ -664,8 +683,9 @@ def table3_markdown(rows: list[dict[str, Any]]) -> str:
             if r["slowdown_min"] is not None:
                 slow += f" ({r['slowdown_min']:.3f}..{r['slowdown_max']:.3f})"
         cpu = "-" if r["cpu_s_median"] is None else f"{r['cpu_s_median']:.3f}"
+        ci = "-" if r.get("slowdown_ci_lo") is None else f"{r['slowdown_ci_lo']:.3f}..{r['slowdown_ci_hi']:.3f}"
         runs = f"{r['runs']}" + (f" ({r['failed_runs']} failed)" if r["failed_runs"] else "")
-        lines.append(f"| {r['workload']} | {r['provider']} | {r['config']} | {runs} | {cpu} | {slow} | "
+        lines.append(f"| {r['workload']} | {r['provider']} | {r['config']} | {runs} | {cpu} | {slow} | {ci} | "
                      f"{_pct(r['instr_share'])} | {_pct(r['toggle_share'], 3)} | {_num(r['toggles_per_s'])} | "
                      f"{_num(r['samples_per_s'])} | {_num(r['probes'])} | {_num(r['functions'])} |")
     return "\n".join(lines) + "\n"

@@ -7,6 +7,7 @@ import contextlib
 import csv
 import io
 import json
+import math
 from pathlib import Path
 
 import pytest
@@ -575,3 +576,33 @@ def test_call_truth_counts_nested_calls_and_stalls(oncpu_folder):
     assert other["true_busy_call_ticks"] is None and other["oncpu_meets_busy_to_call"] is None
     summary = {s["config"]: s for s in prof.summarize_accuracy(prof.accuracy(rows))}
     assert summary["budget"]["oncpu_meets_busy_to_call"] >= 1
+
+
+def test_median_ci_takes_the_binomial_order_statistics():
+    xs = [float(i) for i in range(1, 22)]   # 21 rounds: P(B(21,1/2) <= 5) = 0.013 <= 0.025 < P(<= 6)
+    assert prof.median_ci(xs) == (6.0, 16.0)
+    assert prof.median_ci([5.0, 1.0, 3.0, 7.0, 2.0, 6.0, 4.0]) == (1.0, 7.0)   # 7: min..max (98.4%)
+    assert prof.median_ci([1.0, 2.0, 3.0, 4.0, 5.0]) is None   # 5 rounds: no 95% interval exists
+    assert prof.median_ci([]) is None
+
+
+def test_median_ci_covers_the_median_in_simulation():
+    """Coverage on skewed, heavy-tailed draws like the slowdown ratios (lognormal, and a
+    mixture with a 20% slow mode): at least 95% for the round counts the evaluation uses."""
+    import random
+    rng = random.Random(12)
+    dists = {
+        "lognormal": (lambda: math.exp(rng.gauss(0.0, 0.15)), 1.0),
+        # 80% ~N(1, 0.03), 20% ~N(1.3, 0.05): the median solves 0.8 F1 + 0.2 F2 = 1/2
+        "bimodal": (lambda: rng.gauss(1.0, 0.03) if rng.random() < 0.8 else rng.gauss(1.3, 0.05), None),
+    }
+    # The mixture's median, from a large sample (its error, ~0.001, is far below the intervals' width).
+    big = sorted(dists["bimodal"][0]() for _ in range(200_001))
+    dists["bimodal"] = (dists["bimodal"][0], big[100_000])
+    for name, (draw, true_median) in dists.items():
+        for n in (7, 21):
+            reps, hit = 3000, 0
+            for _ in range(reps):
+                lo, hi = prof.median_ci([draw() for _ in range(n)])
+                hit += lo <= true_median <= hi
+            assert hit / reps >= 0.95, (name, n, hit / reps)
