@@ -160,6 +160,32 @@ Status tracepoint_install_batch(const ProbeId* ids, std::size_t n) noexcept {
   return Status::ok;
 }
 
+Status tracepoint_remove_batch(const ProbeId* ids, std::size_t n, std::size_t* removed) noexcept {
+  *removed = 0;
+  std::vector<tp::Tracepoint*> todo;
+  try {
+    for (std::size_t i = 0; i < n; ++i) {
+      Probe& o = owner_of(probe(ids[i]));
+      if (o.form != Form::tracepoint || o.prepare_status != Status::ok || o.tracepoint == nullptr) continue;
+      // Both probes of the site off (the exit probe is the owner's partner), and the
+      // trampoline's toggle off with them: what runs through it is the original code.
+      if (o.active.load(std::memory_order_acquire) || o.code_on) continue;
+      if (o.partner < kMaxProbes && probe(o.partner).active.load(std::memory_order_acquire)) continue;
+      auto* t = static_cast<tp::Tracepoint*>(o.tracepoint);
+      if (t->is_installed() && !t->trap_mode()) todo.push_back(t);
+    }
+    std::sort(todo.begin(), todo.end());
+    todo.erase(std::unique(todo.begin(), todo.end()), todo.end());
+  } catch (...) {
+    return Status::engine_error;
+  }
+  if (todo.empty()) return Status::ok;
+  const tp::Status s = tp::Tracepoint::remove_all(std::span<tp::Tracepoint* const>(todo), install_wait());
+  if (s != tp::Status::ok) return from_tp(s);
+  *removed = todo.size();
+  return Status::ok;
+}
+
 }  // namespace detail
 
 Status attach_tracepoints(const char* pattern, const char* object_pattern, std::size_t* new_probes,

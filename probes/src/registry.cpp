@@ -665,6 +665,42 @@ Status many(const ProbeId* ids, std::size_t n, bool on, ProbeFn fn) noexcept {
 Status activate_many(const ProbeId* ids, std::size_t n, ProbeFn fn) noexcept {
   return many(ids, n, true, fn);
 }
+
+namespace {
+// Runs f(ids, n) with the code owners of `ids` locked (ascending, once each, as batch_ids).
+template <class F>
+Status with_owners_locked(const ProbeId* ids, std::size_t n, F f) noexcept {
+  if (ids == nullptr && n != 0) return Status::bad_argument;
+  std::vector<ProbeId> owners;
+  try {
+    for (std::size_t i = 0; i < n; ++i) {
+      if (!valid(ids[i])) return Status::unknown_id;
+      owners.push_back(static_cast<ProbeId>(&code_owner(g_probes[ids[i]]) - g_probes));
+    }
+  } catch (...) {
+    return Status::engine_error;
+  }
+  std::sort(owners.begin(), owners.end());
+  owners.erase(std::unique(owners.begin(), owners.end()), owners.end());
+  for (ProbeId id : owners) ProbeLock::acquire(g_probes[id]);
+  const Status s = f(ids, n);
+  for (ProbeId id : owners) ProbeLock::release(g_probes[id]);
+  return s;
+}
+}  // namespace
+
+Status retract_many(const ProbeId* ids, std::size_t n, std::size_t* removed) noexcept {
+  std::size_t count = 0;
+  const Status s = with_owners_locked(ids, n, [&count](const ProbeId* v, std::size_t k) {
+    return tracepoint_remove_batch(v, k, &count);
+  });
+  if (removed != nullptr) *removed = count;
+  return s;
+}
+
+Status install_many(const ProbeId* ids, std::size_t n) noexcept {
+  return with_owners_locked(ids, n, [](const ProbeId* v, std::size_t k) { return tracepoint_install_batch(v, k); });
+}
 Status deactivate_many(const ProbeId* ids, std::size_t n) noexcept {
   return many(ids, n, false, nullptr);
 }

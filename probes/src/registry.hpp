@@ -114,6 +114,9 @@ Status tracepoint_set_code(Probe& owner, bool on) noexcept;
 // Installs together (two waits for all) the not-yet-installed tracepoints among the code
 // owners of `ids` that are about to be switched on; owners' locks held.
 Status tracepoint_install_batch(const ProbeId* ids, std::size_t n) noexcept;
+// Removes together (two waits for all) the installed tracepoints among the code owners of
+// `ids` whose probes are all off; owners' locks held. `removed`: how many.
+Status tracepoint_remove_batch(const ProbeId* ids, std::size_t n, std::size_t* removed) noexcept;
 
 // Per-thread state of the hooks: a recursion guard and the shadow stack of entry
 // timestamps for exit probes. Initial-exec TLS: no allocation on first touch (the

@@ -306,3 +306,74 @@ TEST(TracepointProvider, TrapModeAndJumpOnlyRefusal) {
 }
 
 }  // namespace
+
+// retract_many / install_many: an off site gets its original bytes back (retract), only
+// when every probe of it is off; activation after a retract re-installs it; install_many
+// installs with the probes still off. Four threads call the function throughout: every
+// result stays right, and the probes count exactly the calls made while they were on.
+TEST(TracepointProvider, RetractRestoresTheCodeAndActivationReinstalls) {
+  const Ids w = attach_and_find("tpw_work");
+  ASSERT_NE(w.exit, cp::kNoProbe);
+  const cp::ProbeId both[] = {w.entry, w.exit};
+  // Earlier tests of this process may have installed it: off and retracted first, so that
+  // the bytes read are the function's own.
+  ASSERT_EQ(cp::deactivate_many(both, 2), cp::Status::ok);
+  ASSERT_EQ(cp::retract_many(both, 2), cp::Status::ok);
+  std::uint8_t original[5];
+  std::memcpy(original, reinterpret_cast<const void*>(&tpw_work), sizeof original);
+  ASSERT_NE(original[0], 0xE9);
+  const auto first_byte = [] { return *reinterpret_cast<const volatile std::uint8_t*>(&tpw_work); };
+
+  std::atomic<bool> stop{false};
+  std::atomic<std::uint64_t> wrong{0}, made{0};
+  std::vector<std::thread> ts;
+  for (unsigned t = 0; t < 4; ++t)
+    ts.emplace_back([&, t] {
+      for (std::uint64_t i = 0; !stop.load(std::memory_order_relaxed); ++i) {
+        if (tpw_work(i + t) != 3 * (i + t) + 1) wrong.fetch_add(1);
+        made.fetch_add(1, std::memory_order_relaxed);
+      }
+    });
+  std::size_t removed = 9;
+  for (int round = 0; round < 20; ++round) {
+    ASSERT_EQ(cp::activate_many(both, 2, count_fn), cp::Status::ok);
+    EXPECT_EQ(first_byte(), 0xE9);
+    // A site with a probe on is left alone.
+    ASSERT_EQ(cp::retract_many(both, 2, &removed), cp::Status::ok);
+    EXPECT_EQ(removed, 0u);
+    EXPECT_EQ(first_byte(), 0xE9);
+    ASSERT_EQ(cp::deactivate(w.entry), cp::Status::ok);
+    ASSERT_EQ(cp::retract_many(both, 2, &removed), cp::Status::ok);
+    EXPECT_EQ(removed, 0u) << "the exit probe is still on";
+    ASSERT_EQ(cp::deactivate(w.exit), cp::Status::ok);
+    ASSERT_EQ(cp::retract_many(both, 2, &removed), cp::Status::ok);
+    EXPECT_EQ(removed, 1u);
+    EXPECT_EQ(std::memcmp(original, reinterpret_cast<const void*>(&tpw_work), sizeof original), 0)
+        << "retract did not put the original bytes back";
+    ASSERT_EQ(cp::retract_many(both, 2, &removed), cp::Status::ok);
+    EXPECT_EQ(removed, 0u) << "nothing left to remove";
+    if (round % 2 == 0) {
+      ASSERT_EQ(cp::install_many(both, 2), cp::Status::ok);
+      EXPECT_EQ(first_byte(), 0xE9) << "install_many did not install";
+    }
+  }
+  ASSERT_EQ(cp::activate_many(both, 2, count_fn), cp::Status::ok);
+  const std::uint64_t e0 = calls(w.entry), x0 = calls(w.exit);
+  ASSERT_EQ(cp::deactivate_many(both, 2), cp::Status::ok);
+  const std::uint64_t e1 = calls(w.entry), x1 = calls(w.exit);
+  stop.store(true);
+  for (auto& t : ts) t.join();
+  EXPECT_EQ(wrong.load(), 0u);
+  EXPECT_GT(made.load(), 0u);
+  // Once off, no new hit: at most the one each thread had in flight when it returned.
+  EXPECT_LE(calls(w.entry) - e1, 4u);
+  EXPECT_LE(calls(w.exit) - x1, 4u);
+  EXPECT_GE(e1, e0);
+  EXPECT_GE(x1, x0);
+  ASSERT_EQ(cp::retract_many(both, 2, &removed), cp::Status::ok);
+  EXPECT_EQ(removed, 1u);
+  EXPECT_EQ(cp::retract_many(nullptr, 1, nullptr), cp::Status::bad_argument);
+  const auto bogus = static_cast<cp::ProbeId>(cp::count() + 5);
+  EXPECT_EQ(cp::retract_many(&bogus, 1, nullptr), cp::Status::unknown_id);
+  EXPECT_EQ(tpw_work(4), 13u);
+}

@@ -335,14 +335,25 @@ Status Tracepoint::install_n(std::size_t n, At at, const WaitPolicy& w) noexcept
 }
 
 Status Tracepoint::remove_all(std::span<Tracepoint> tps, const WaitPolicy& w) noexcept {
+  return remove_n(tps.size(), [tps](std::size_t i) -> Tracepoint& { return tps[i]; }, w);
+}
+
+Status Tracepoint::remove_all(std::span<Tracepoint* const> tps, const WaitPolicy& w) noexcept {
+  return remove_n(tps.size(), [tps](std::size_t i) -> Tracepoint& { return *tps[i]; }, w);
+}
+
+// `at(i)` is the i-th tracepoint of the batch.
+template <class At>
+Status Tracepoint::remove_n(std::size_t n, At at, const WaitPolicy& w) noexcept {
   if (const Status s = check_wait(w); s != Status::ok) return s;
-  for (const Tracepoint& t : tps)
-    if (const Status s = t.check_remove(); s != Status::ok) return s;
+  for (std::size_t i = 0; i < n; ++i)
+    if (const Status s = at(i).check_remove(); s != Status::ok) return s;
   // 1. int3 over the jmp opcode: every boundary is an int3 again.
-  for (Tracepoint& t : tps) x86::store_byte(reinterpret_cast<std::uint8_t*>(t.addr_), x86::kInt3);
+  for (std::size_t i = 0; i < n; ++i) x86::store_byte(reinterpret_cast<std::uint8_t*>(at(i).addr_), x86::kInt3);
   (void)wait(w);
   // 2. Original non-boundary bytes (interiors of the replaced instructions).
-  for (Tracepoint& t : tps) {
+  for (std::size_t i = 0; i < n; ++i) {
+    Tracepoint& t = at(i);
     auto* code = reinterpret_cast<std::uint8_t*>(t.addr_);
     for (unsigned b = 1; b < t.span_; ++b)
       if (!is_boundary(t.analysis_, b)) x86::store_byte(code + b, t.original_[b]);
@@ -350,7 +361,8 @@ Status Tracepoint::remove_all(std::span<Tracepoint> tps, const WaitPolicy& w) no
   (void)wait(w);
   // 3. Original first bytes, last boundary first (any order is correct: each instruction
   //    is complete behind its int3 since step 2).
-  for (Tracepoint& t : tps) {
+  for (std::size_t i = 0; i < n; ++i) {
+    Tracepoint& t = at(i);
     auto* code = reinterpret_cast<std::uint8_t*>(t.addr_);
     for (unsigned b = t.span_; b-- > 0;)
       if (is_boundary(t.analysis_, b)) x86::store_byte(code + b, t.original_[b]);
@@ -359,7 +371,7 @@ Status Tracepoint::remove_all(std::span<Tracepoint> tps, const WaitPolicy& w) no
   // 4. A thread that fetched an int3 before step 3 and traps now finds the redirect
   //    cleared and the original byte back, and re-executes in place (trap.hpp); one that
   //    trapped earlier was sent to the trampoline, which stays mapped.
-  for (Tracepoint& t : tps) t.clear_redirects();
+  for (std::size_t i = 0; i < n; ++i) at(i).clear_redirects();
   return Status::ok;
 }
 

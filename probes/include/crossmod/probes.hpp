@@ -124,6 +124,16 @@ std::uint64_t wait_ticks() noexcept;  // loads the config on first use
 Status activate_many(const ProbeId* ids, std::size_t n, ProbeFn fn) noexcept;
 Status deactivate_many(const ProbeId* ids, std::size_t n) noexcept;
 
+// Tracepoint sites only (others are left alone): a tracepoint is installed at its first
+// activation and then switched by one store in its trampoline, so an off function's calls
+// still take the trampoline's detour. retract_many removes the jump of every listed site
+// whose probes are all off (the function runs its own code again); the next activation
+// installs it again. install_many installs the listed sites that are not installed, with
+// their probes still off, so that activating them is one store each. Each is one batch:
+// two waits for all the sites. `removed` (optional): sites whose jump was removed.
+Status retract_many(const ProbeId* ids, std::size_t n, std::size_t* removed = nullptr) noexcept;
+Status install_many(const ProbeId* ids, std::size_t n) noexcept;
+
 // Tracepoint provider (unmodified binaries, no compiler flags): an entry probe at every
 // function of the loaded ELF objects (.symtab when present, .dynsym otherwise) whose
 // demangled name matches fnmatch(3) `pattern` and whose object path matches

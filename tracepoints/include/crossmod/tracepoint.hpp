@@ -136,6 +136,7 @@ class Tracepoint {
   static Status remove_all(std::span<Tracepoint> tps, const WaitPolicy& wait) noexcept;
   // The same over tracepoints that do not sit in one array (e.g. the probe layer's).
   static Status install_all(std::span<Tracepoint* const> tps, const WaitPolicy& wait) noexcept;
+  static Status remove_all(std::span<Tracepoint* const> tps, const WaitPolicy& wait) noexcept;
   // Probe on/off while installed or not: one locked store of the trampoline's first
   // instruction (inside one cache line), no wait needed: both states are complete `jmp`s.
   Status enable() noexcept;
@@ -168,6 +169,8 @@ class Tracepoint {
                              bool trap_fallback) noexcept;
   template <class At>
   static Status install_n(std::size_t n, At at, const WaitPolicy& wait) noexcept;
+  template <class At>
+  static Status remove_n(std::size_t n, At at, const WaitPolicy& wait) noexcept;
   Status check_install() const noexcept;
   Status check_remove() const noexcept;
   Status set_redirects() noexcept;
