@@ -772,6 +772,91 @@ void attach_switch_pages() noexcept {
   }
 }
 
+// Tracepoint functions that stay off keep their jump (one store in the trampoline turns
+// them off), and every call pays the detour, which no budget sees: on sqlite3 the whole
+// difference between `none` and the sampling policies. With CROSSMOD_PROFILE_RETRACT the
+// daemon removes the jump of the hot ones soon after they switch off and installs them
+// again in one batch before it switches them on (probes::retract_many / install_many: two
+// waits per batch, during which every call of a site being written traps). Hot: at the
+// call rate of its last window, the function would make kRetractCalls calls while off.
+// Daemon-private, one entry per function slot.
+struct Retract {
+  std::uint64_t calls = 0, active = 0;  // FuncRecord calls / active_ticks at the last pass
+  bool hot = false, retracted = false;
+};
+constexpr double kRetractCalls = 256;
+
+bool is_tracepoint(const FuncRecord& f) noexcept {
+  return f.provider == static_cast<std::uint32_t>(cp::Provider::tracepoint);
+}
+
+// Charges a batch's time like the daemon's switch-ons (toggles; budget: instrumentation).
+void charge_daemon(std::uint64_t ticks) noexcept {
+  add(g_hdr->toggle_ticks, ticks);
+  if (g_cfg.policy == Policy::budget) {
+    g_period_spent.fetch_add(ticks, std::memory_order_relaxed);
+    add(g_hdr->daemon_instr_ticks, ticks);
+  }
+}
+
+// After the switch-offs of an epoch: removes the jumps of the hot tracepoint functions
+// that are off.
+void retract_pass(std::vector<Retract>& rs, std::vector<cp::ProbeId>& ids, std::uint64_t epoch_ticks) {
+  const std::uint64_t nf = std::min<std::uint64_t>(A(g_hdr->nfuncs).load(std::memory_order_acquire), rs.size());
+  ids.clear();
+  for (std::uint64_t i = 0; i < nf; ++i) {
+    FuncRecord& f = g_funcs[i];
+    Retract& r = rs[i];
+    if (!is_tracepoint(f) || A(f.state).load(std::memory_order_acquire) == static_cast<std::uint64_t>(FnState::on))
+      continue;
+    const std::uint64_t calls = A(f.calls).load(std::memory_order_relaxed);
+    const std::uint64_t active = A(f.active_ticks).load(std::memory_order_relaxed);
+    if (calls > r.calls && active > r.active) {  // a window closed since the last pass
+      const double rate = static_cast<double>(calls - r.calls) / static_cast<double>(active - r.active);
+      const double off = epoch_ticks > active - r.active ? static_cast<double>(epoch_ticks - (active - r.active)) : 0.0;
+      r.hot = rate * off >= kRetractCalls;
+    }
+    r.calls = calls;
+    r.active = active;
+    if (!r.hot || r.retracted) continue;
+    const cp::ProbeId e = A(f.entry_probe).load(std::memory_order_acquire);
+    const cp::ProbeId x = A(f.exit_probe).load(std::memory_order_acquire);
+    if (e != cp::kNoProbe) ids.push_back(e);
+    if (x != cp::kNoProbe) ids.push_back(x);
+    r.retracted = true;
+  }
+  if (ids.empty()) return;
+  const std::uint64_t t0 = rdtsc();
+  std::size_t removed = 0;
+  check(cp::retract_many(ids.data(), ids.size(), &removed));
+  add(g_hdr->retracts, removed);
+  charge_daemon(rdtsc() - t0);
+}
+
+// Before the switch-ons: installs the retracted functions about to go on, in one batch.
+void reinstall_pass(std::vector<Retract>& rs, std::vector<cp::ProbeId>& ids, bool epoch, bool period) {
+  const std::uint64_t nf = std::min<std::uint64_t>(A(g_hdr->nfuncs).load(std::memory_order_acquire), rs.size());
+  ids.clear();
+  for (std::uint64_t i = 0; i < nf; ++i) {
+    Retract& r = rs[i];
+    if (!r.retracted) continue;
+    const FuncRecord& f = g_funcs[i];
+    const std::uint64_t st = A(f.state).load(std::memory_order_acquire);
+    const bool due = (epoch && st == static_cast<std::uint64_t>(FnState::off_sampled)) ||
+                     (period && st == static_cast<std::uint64_t>(FnState::off_budget));
+    if (!due) continue;
+    const cp::ProbeId e = A(f.entry_probe).load(std::memory_order_acquire);
+    const cp::ProbeId x = A(f.exit_probe).load(std::memory_order_acquire);
+    if (e != cp::kNoProbe) ids.push_back(e);
+    if (x != cp::kNoProbe) ids.push_back(x);
+    r.retracted = false;
+  }
+  if (ids.empty()) return;
+  const std::uint64_t t0 = rdtsc();
+  check(cp::install_many(ids.data(), ids.size()));
+  charge_daemon(rdtsc() - t0);
+}
+
 void* daemon_main(void*) {
   const std::uint64_t tick_ns =
       g_cfg.policy == Policy::budget ? std::min(g_cfg.epoch_ns, g_cfg.period_ns) : g_cfg.epoch_ns;
@@ -782,6 +867,22 @@ void* daemon_main(void*) {
   std::uint64_t rotate = 0;
   std::uint64_t jitter = rdtsc() | 1;  // xorshift64 state
   const bool no_jitter = env_set("CROSSMOD_PROFILE_NO_JITTER");
+  // Retraction (CROSSMOD_PROFILE_RETRACT, opt-in: it pays on sqlite3 and costs on
+  // python3, profiler/README.md) with --trace and a sampling policy (full keeps everything
+  // on, none never installs). The pass runs an eighth of a tick after the wake.
+  const bool retract = g_cfg.trace != nullptr && g_cfg.policy != Policy::full &&
+                       g_cfg.policy != Policy::none && env_set("CROSSMOD_PROFILE_RETRACT");
+  std::vector<Retract> rs;
+  std::vector<cp::ProbeId> ids;
+  if (retract) {
+    try {
+      rs.resize(g_cfg.max_funcs);
+      ids.reserve(2 * static_cast<std::size_t>(g_cfg.max_funcs));
+    } catch (...) {
+      rs.clear();
+    }
+  }
+  const std::uint64_t epoch_ticks = ns_to_ticks(g_cfg.epoch_ns);
   {
     timespec c{};
     clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &c);
@@ -849,6 +950,7 @@ void* daemon_main(void*) {
     // remaining functions stay off until the next period. The walk starts where the last
     // one stopped, so the same functions do not always wait.
     const bool budget = g_cfg.policy == Policy::budget;
+    if (!rs.empty()) reinstall_pass(rs, ids, epoch, period && budget);
     std::uint64_t active = 0;
     std::uint64_t resume = rotate;
     bool spent = false;
@@ -903,6 +1005,19 @@ void* daemon_main(void*) {
       }
       last_instr = instr;
       last_tsc = now;
+    }
+    if (!rs.empty()) {
+      timespec at = wake;
+      at.tv_nsec += static_cast<long>(tick_ns / 8 % 1'000'000'000);
+      at.tv_sec += static_cast<time_t>(tick_ns / 8 / 1'000'000'000);
+      if (at.tv_nsec >= 1'000'000'000) {
+        at.tv_nsec -= 1'000'000'000;
+        ++at.tv_sec;
+      }
+      while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &at, nullptr) == EINTR) {
+      }
+      if (g_stopping.load(std::memory_order_relaxed)) break;
+      retract_pass(rs, ids, epoch_ticks);
     }
   }
   return nullptr;

@@ -47,6 +47,27 @@ PY
 cmp "$out/sqlite-plain.txt" "$out/sqlite-prof.txt"
 check "$out/sqlite/profile.json" sqlite3_ 10
 
+# Retraction (CROSSMOD_PROFILE_RETRACT=1): under paper the daemon removes the jumps of hot
+# functions while they are off and installs them again; the output stays exact and the
+# report counts the removals.
+CROSSMOD_PROFILE_RETRACT=1 "$crossmod" profile --quiet --policy paper --trace 'sqlite3_*' \
+  --out "$out/sqlite-retract" -- "$sqlite" :memory: <"$sql" >"$out/sqlite-retract.txt"
+cmp "$out/sqlite-plain.txt" "$out/sqlite-retract.txt"
+"$python" - "$out/sqlite-retract/profile.json" <<'PY'
+import json, sys
+j = json.load(open(sys.argv[1]))
+o = j["overhead"]
+assert j["exit"]["kind"] == "exit" and j["exit"]["status"] == 0, j["exit"]
+assert o["retracts"] > 0, f"no jump removed: {o['retracts']}"
+assert not any("toggles failed" in n for n in j["notes"]), j["notes"]
+print(f"retract: {o['retracts']} removals, {o['toggles']} toggles")
+PY
+# Without it, none.
+"$crossmod" profile --quiet --policy paper --trace 'sqlite3_*' --out "$out/sqlite-keep" -- \
+  "$sqlite" :memory: <"$sql" >/dev/null
+"$python" -c "import json,sys; o=json.load(open(sys.argv[1]))['overhead']; assert o['retracts'] == 0, o['retracts']" \
+  "$out/sqlite-keep/profile.json"
+
 # The exit status is kept (sqlite3 exits 1 on an SQL error).
 rc=0
 "$crossmod" profile --quiet --policy full --trace 'sqlite3_*' --out "$out/sqlite-err" -- \

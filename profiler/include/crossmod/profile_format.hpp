@@ -80,6 +80,7 @@ struct Header {
   std::uint64_t toggle_failures;  // activate/deactivate calls that did not return ok
   std::uint64_t last_failure;     // the last such crossmod::probes::Status
   std::uint64_t stale_exits;      // exits whose entry TSC predates the current window
+  std::uint64_t retracts;         // tracepoint sites whose jump the daemon removed while off
   std::uint64_t no_exit_funcs;    // patchable functions whose exit probe stays off (tail calls)
   std::uint64_t dropped_funcs;  // functions beyond max_funcs (not profiled)
   std::uint64_t dropped_threads;

@@ -137,6 +137,7 @@ ProfileData read_segments(const std::string& raw_dir, const RunInfo& run) {
     d.budget_offs += h.budget_offs;
     d.capped_hits += h.capped_hits;
     d.stale_exits += h.stale_exits;
+    d.retracts += h.retracts;
     if ((h.flags & kFlagSwitchDetect) != 0) d.switch_detect = true;
     if ((h.flags & kFlagSwitchOff) != 0) d.switch_off = true;
     if (h.switch_errno != 0) d.switch_errno = h.switch_errno;
@@ -420,7 +421,8 @@ nlohmann::json report_json(const ProfileData& d, const RunInfo& run, const std::
                                    {"patchable", d.nest_calibrated[1] ? json(d.nest_ticks[1]) : json()}}},
                    {"budget_offs", d.budget_offs},
                    {"capped_hits", d.capped_hits},
-                   {"stale_exits", d.stale_exits}};
+                   {"stale_exits", d.stale_exits},
+                   {"retracts", d.retracts}};
   json tl = json::array();
   for (const TimelinePoint& p : d.timeline)
     tl.push_back({{"t_s", p.t_s},
