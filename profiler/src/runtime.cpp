@@ -773,8 +773,8 @@ void attach_switch_pages() noexcept {
 }
 
 // Tracepoint functions that stay off keep their jump (one store in the trampoline turns
-// them off), and every call pays the detour, which no budget sees: on sqlite3 the whole
-// difference between `none` and the sampling policies. With CROSSMOD_PROFILE_RETRACT the
+// them off), and every call pays the detour, which no budget sees (on sqlite3 likely most
+// of the difference between `none` and the sampling policies). With CROSSMOD_PROFILE_RETRACT the
 // daemon removes the jump of the hot ones soon after they switch off and installs them
 // again in one batch before it switches them on (probes::retract_many / install_many: two
 // waits per batch, during which every call of a site being written traps). Hot: at the
@@ -857,6 +857,22 @@ void reinstall_pass(std::vector<Retract>& rs, std::vector<cp::ProbeId>& ids, boo
   charge_daemon(rdtsc() - t0);
 }
 
+// t + ns, normalized.
+timespec plus_ns(timespec t, std::uint64_t ns) noexcept {
+  t.tv_sec += static_cast<time_t>(ns / 1'000'000'000);
+  t.tv_nsec += static_cast<long>(ns % 1'000'000'000);
+  if (t.tv_nsec >= 1'000'000'000) {
+    t.tv_nsec -= 1'000'000'000;
+    ++t.tv_sec;
+  }
+  return t;
+}
+
+void sleep_until(const timespec& t) noexcept {
+  while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &t, nullptr) == EINTR) {
+  }
+}
+
 void* daemon_main(void*) {
   const std::uint64_t tick_ns =
       g_cfg.policy == Policy::budget ? std::min(g_cfg.epoch_ns, g_cfg.period_ns) : g_cfg.epoch_ns;
@@ -867,9 +883,9 @@ void* daemon_main(void*) {
   std::uint64_t rotate = 0;
   std::uint64_t jitter = rdtsc() | 1;  // xorshift64 state
   const bool no_jitter = env_set("CROSSMOD_PROFILE_NO_JITTER");
-  // Retraction (CROSSMOD_PROFILE_RETRACT, opt-in: it pays on sqlite3 and costs on
-  // python3, profiler/README.md) with --trace and a sampling policy (full keeps everything
-  // on, none never installs). The pass runs an eighth of a tick after the wake.
+  // Retraction (CROSSMOD_PROFILE_RETRACT, opt-in: its net effect is not resolved,
+  // profiler/README.md) with --trace and a sampling policy (full keeps everything on, none
+  // never installs). The pass runs an eighth of a tick after the wake.
   const bool retract = g_cfg.trace != nullptr && g_cfg.policy != Policy::full &&
                        g_cfg.policy != Policy::none && env_set("CROSSMOD_PROFILE_RETRACT");
   std::vector<Retract> rs;
@@ -889,28 +905,17 @@ void* daemon_main(void*) {
     last_cpu_ns = static_cast<std::uint64_t>(c.tv_sec) * 1'000'000'000u + static_cast<std::uint64_t>(c.tv_nsec);
   }
   while (!g_stopping.load(std::memory_order_relaxed)) {
-    next.tv_nsec += static_cast<long>(tick_ns % 1'000'000'000);
-    next.tv_sec += static_cast<time_t>(tick_ns / 1'000'000'000);
-    if (next.tv_nsec >= 1'000'000'000) {
-      next.tv_nsec -= 1'000'000'000;
-      ++next.tv_sec;
-    }
+    next = plus_ns(next, tick_ns);
     // The wake is a random offset into the tick (the grid `next` stays): windows opened at
     // a fixed phase of the grid see periodic stalls (a host's 1 kHz tick: 10 ms is ten of
     // its periods) always or never, and the samples' mean with them.
-    timespec wake = next;
     if (!no_jitter) {
       jitter ^= jitter << 13;
       jitter ^= jitter >> 7;
       jitter ^= jitter << 17;
-      wake.tv_nsec += static_cast<long>(jitter % tick_ns % 1'000'000'000);
-      if (wake.tv_nsec >= 1'000'000'000) {
-        wake.tv_nsec -= 1'000'000'000;
-        ++wake.tv_sec;
-      }
     }
-    while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &wake, nullptr) == EINTR) {
-    }
+    const timespec wake = no_jitter ? next : plus_ns(next, jitter % tick_ns);
+    sleep_until(wake);
     if (g_stopping.load(std::memory_order_relaxed)) break;
     attach_switch_pages();
     // Woken late by more than a tick (a loaded machine): drop the missed ticks instead of
@@ -1007,15 +1012,7 @@ void* daemon_main(void*) {
       last_tsc = now;
     }
     if (!rs.empty()) {
-      timespec at = wake;
-      at.tv_nsec += static_cast<long>(tick_ns / 8 % 1'000'000'000);
-      at.tv_sec += static_cast<time_t>(tick_ns / 8 / 1'000'000'000);
-      if (at.tv_nsec >= 1'000'000'000) {
-        at.tv_nsec -= 1'000'000'000;
-        ++at.tv_sec;
-      }
-      while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &at, nullptr) == EINTR) {
-      }
+      sleep_until(plus_ns(wake, tick_ns / 8));
       if (g_stopping.load(std::memory_order_relaxed)) break;
       retract_pass(rs, ids, epoch_ticks);
     }
