@@ -19,6 +19,8 @@ import subprocess
 import sys
 import tempfile
 
+from lab_truth import call_estimates
+
 
 def main():
     if len(sys.argv) < 4:
@@ -43,14 +45,7 @@ def main():
                         subprocess.run([f"{builds[arm]}/crossmod", "profile", "--policy", policy, "--quiet",
                                         "--out", d, "--", lab, *args, "--truth", d + ".json"],
                                        check=True, stdout=subprocess.DEVNULL)
-                        truth = json.load(open(d + ".json"))
-                        est = {f["name"]: f for f in json.load(open(d + "/profile.json"))["functions"]}
-                        for f in truth["functions"]:
-                            e = est.get(f["name"])
-                            if f.get("mean_oncpu_ticks") is None or not e or e.get("oncpu_mean_ci_ticks") is None:
-                                continue
-                            call = f["mean_oncpu_ticks"] + (1 + f.get("nested_calls", 0)) * overhead
-                            lo, hi = e["oncpu_mean_ci_ticks"]
+                        for f, e, call, lo, hi in call_estimates(d + ".json", d + "/profile.json", overhead):
                             bias.setdefault((arm, prov, f["name"]), []).append(
                                 (e["oncpu_mean_ticks"] - call, (hi - lo) / 2))
                             c = cover.setdefault(arm, [0, 0])

@@ -25,6 +25,8 @@ import subprocess
 import sys
 import tempfile
 
+from lab_truth import call_estimates
+
 
 def main():
     if len(sys.argv) < 3:
@@ -49,14 +51,7 @@ def main():
                     subprocess.run([f"{build}/crossmod", "profile", "--policy", policy, "--quiet", "--out", d + "/p",
                                     "--", lab, *args, "--truth", d + ".json"],
                                    check=True, stdout=subprocess.DEVNULL, env=env)
-                    truth = json.load(open(d + ".json"))
-                    est = {f["name"]: f for f in json.load(open(d + "/p/profile.json"))["functions"]}
-                    for f in truth["functions"]:
-                        e = est.get(f["name"])
-                        if f.get("mean_oncpu_ticks") is None or not e or e.get("oncpu_mean_ci_ticks") is None:
-                            continue
-                        call = f["mean_oncpu_ticks"] + (1 + f["nested_calls"]) * overhead
-                        lo, hi = e["oncpu_mean_ci_ticks"]
+                    for f, e, call, lo, hi in call_estimates(d + ".json", d + "/p/profile.json", overhead):
                         c = cover.setdefault(arm, [0, 0])
                         c[0] += lo <= call <= hi
                         c[1] += 1

@@ -790,6 +790,12 @@ bool is_tracepoint(const FuncRecord& f) noexcept {
   return f.provider == static_cast<std::uint32_t>(cp::Provider::tracepoint);
 }
 
+// The function's entry and exit probes (those it has) onto ids.
+void push_probe_ids(const FuncRecord& f, std::vector<cp::ProbeId>& ids) {
+  for (const cp::ProbeId id : {A(f.entry_probe).load(std::memory_order_acquire), A(f.exit_probe).load(std::memory_order_acquire)})
+    if (id != cp::kNoProbe) ids.push_back(id);
+}
+
 // Charges a batch's time like the daemon's switch-ons (toggles; budget: instrumentation).
 void charge_daemon(std::uint64_t ticks) noexcept {
   add(g_hdr->toggle_ticks, ticks);
@@ -819,10 +825,7 @@ void retract_pass(std::vector<Retract>& rs, std::vector<cp::ProbeId>& ids, std::
     r.calls = calls;
     r.active = active;
     if (!r.hot || r.retracted) continue;
-    const cp::ProbeId e = A(f.entry_probe).load(std::memory_order_acquire);
-    const cp::ProbeId x = A(f.exit_probe).load(std::memory_order_acquire);
-    if (e != cp::kNoProbe) ids.push_back(e);
-    if (x != cp::kNoProbe) ids.push_back(x);
+    push_probe_ids(f, ids);
     r.retracted = true;
   }
   if (ids.empty()) return;
@@ -845,10 +848,7 @@ void reinstall_pass(std::vector<Retract>& rs, std::vector<cp::ProbeId>& ids, boo
     const bool due = (epoch && st == static_cast<std::uint64_t>(FnState::off_sampled)) ||
                      (period && st == static_cast<std::uint64_t>(FnState::off_budget));
     if (!due) continue;
-    const cp::ProbeId e = A(f.entry_probe).load(std::memory_order_acquire);
-    const cp::ProbeId x = A(f.exit_probe).load(std::memory_order_acquire);
-    if (e != cp::kNoProbe) ids.push_back(e);
-    if (x != cp::kNoProbe) ids.push_back(x);
+    push_probe_ids(f, ids);
     r.retracted = false;
   }
   if (ids.empty()) return;
