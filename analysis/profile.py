@@ -392,6 +392,7 @@ def table3(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
             return _median(vals)
 
         s = slow.get((workload, label), [])
+        ci = median_ci(s) or (None, None)
         out.append({
             "workload": workload, "provider": rs[0]["provider"], "config": label,
             "policy": rs[0]["policy"], "budget": rs[0]["budget"],
@@ -399,7 +400,7 @@ def table3(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
             "cpu_s_median": _median([r["cpu_s"] for r in ok if r["cpu_s"] is not None]),
             "slowdown_median": 1.0 if rs[0]["policy"] == "baseline" and ok else _median(s),
             "slowdown_min": min(s) if s else None, "slowdown_max": max(s) if s else None,
-            "slowdown_ci_lo": (median_ci(s) or (None, None))[0], "slowdown_ci_hi": (median_ci(s) or (None, None))[1],
+            "slowdown_ci_lo": ci[0], "slowdown_ci_hi": ci[1],
             "instr_share": med("instr_share"), "toggle_share": med("toggle_share"),
             "toggles_per_s": med("toggles_per_s"), "samples_per_s": med("samples_per_s"),
             "probes": med("probes"), "functions": med("functions"),
