@@ -453,6 +453,28 @@ Status batch(Pred pred, bool on, ProbeFn fn, std::size_t* toggled) noexcept {
   return batch_ids(ids, on, fn);
 }
 
+// Runs f(ids, n) with the code owners of `ids` locked (an exit probe's owner is its entry
+// probe), once each, ascending: no deadlock with other batches.
+template <class F>
+Status with_owners_locked(const ProbeId* ids, std::size_t n, F f) noexcept {
+  if (ids == nullptr && n != 0) return Status::bad_argument;
+  std::vector<ProbeId> owners;
+  try {
+    for (std::size_t i = 0; i < n; ++i) {
+      if (!valid(ids[i])) return Status::unknown_id;
+      owners.push_back(static_cast<ProbeId>(&code_owner(g_probes[ids[i]]) - g_probes));
+    }
+  } catch (...) {
+    return Status::engine_error;
+  }
+  std::sort(owners.begin(), owners.end());
+  owners.erase(std::unique(owners.begin(), owners.end()), owners.end());
+  for (ProbeId id : owners) ProbeLock::acquire(g_probes[id]);
+  const Status s = f(ids, n);
+  for (ProbeId id : owners) ProbeLock::release(g_probes[id]);
+  return s;
+}
+
 // `ids` valid and distinct.
 Status batch_ids(const std::vector<ProbeId>& ids, bool on, ProbeFn fn) noexcept {
   std::vector<PatchHandle> handles;
@@ -467,26 +489,17 @@ Status batch_ids(const std::vector<ProbeId>& ids, bool on, ProbeFn fn) noexcept 
   auto note = [&first](Status s) {
     if (first == Status::ok) first = s;
   };
-  // Lock the code owners (an exit probe's owner is its entry probe), once each, ascending.
-  std::vector<ProbeId> owners;
-  try {
-    for (ProbeId id : ids)
-      owners.push_back(static_cast<ProbeId>(&code_owner(g_probes[id]) - g_probes));
-  } catch (...) {
-    return Status::engine_error;
-  }
-  std::sort(owners.begin(), owners.end());
-  owners.erase(std::unique(owners.begin(), owners.end()), owners.end());
-  for (ProbeId id : owners) ProbeLock::acquire(g_probes[id]);
-  if (on) note(tracepoint_install_batch(ids.data(), ids.size()));
-  for (ProbeId id : ids) {
-    Probe& p = g_probes[id];
-    if (on) p.fn.store(fn, std::memory_order_release);
-    note(toggle_locked(p, on, wp, &handles));
-  }
-  if (!handles.empty()) note(from_engine(wp.finish_patches(handles)));
-  for (ProbeId id : owners) ProbeLock::release(g_probes[id]);
-  return first;
+  const Status locked = with_owners_locked(ids.data(), ids.size(), [&](const ProbeId*, std::size_t) {
+    if (on) note(tracepoint_install_batch(ids.data(), ids.size()));
+    for (ProbeId id : ids) {
+      Probe& p = g_probes[id];
+      if (on) p.fn.store(fn, std::memory_order_release);
+      note(toggle_locked(p, on, wp, &handles));
+    }
+    if (!handles.empty()) note(from_engine(wp.finish_patches(handles)));
+    return Status::ok;
+  });
+  return locked != Status::ok ? locked : first;
 }
 
 }  // namespace
@@ -665,29 +678,6 @@ Status many(const ProbeId* ids, std::size_t n, bool on, ProbeFn fn) noexcept {
 Status activate_many(const ProbeId* ids, std::size_t n, ProbeFn fn) noexcept {
   return many(ids, n, true, fn);
 }
-
-namespace {
-// Runs f(ids, n) with the code owners of `ids` locked (ascending, once each, as batch_ids).
-template <class F>
-Status with_owners_locked(const ProbeId* ids, std::size_t n, F f) noexcept {
-  if (ids == nullptr && n != 0) return Status::bad_argument;
-  std::vector<ProbeId> owners;
-  try {
-    for (std::size_t i = 0; i < n; ++i) {
-      if (!valid(ids[i])) return Status::unknown_id;
-      owners.push_back(static_cast<ProbeId>(&code_owner(g_probes[ids[i]]) - g_probes));
-    }
-  } catch (...) {
-    return Status::engine_error;
-  }
-  std::sort(owners.begin(), owners.end());
-  owners.erase(std::unique(owners.begin(), owners.end()), owners.end());
-  for (ProbeId id : owners) ProbeLock::acquire(g_probes[id]);
-  const Status s = f(ids, n);
-  for (ProbeId id : owners) ProbeLock::release(g_probes[id]);
-  return s;
-}
-}  // namespace
 
 Status retract_many(const ProbeId* ids, std::size_t n, std::size_t* removed) noexcept {
   std::size_t count = 0;
