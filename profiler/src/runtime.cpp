@@ -137,6 +137,7 @@ struct Frame {
   std::uint64_t instr;
   std::uint64_t seq;
   std::int64_t nest;  // Tls::nest at the entry, before this call's own share
+  std::uint64_t cold;  // Tls::cold after the entry's own check
 };
 constexpr std::uint32_t kFrames = 64;
 constexpr std::uint64_t kSeqUnknown = ~std::uint64_t{0};
@@ -159,6 +160,7 @@ struct Tls {
   // Sum of nest_ticks over the thread's active entries (one per call with an exit probe):
   // the exit takes off what its callees added (see Header::nest_ticks).
   std::int64_t nest;
+  std::uint64_t cold;  // first runs of just-activated sites by this thread (see cold_samples)
   std::uint32_t index;
   std::uint32_t depth;
   bool registered;
@@ -268,6 +270,8 @@ bool switch_on(FuncRecord& f, FnState from) noexcept {
   }
   const std::uint64_t t0 = rdtsc();
   A(f.armed_tsc).store(t0, std::memory_order_relaxed);
+  A(f.entry_warm).store(0, std::memory_order_relaxed);
+  A(f.exit_warm).store(0, std::memory_order_relaxed);
   const cp::ProbeId entry = A(f.entry_probe).load(std::memory_order_acquire);
   const cp::ProbeId exit = A(f.exit_probe).load(std::memory_order_acquire);
   if (exit != cp::kNoProbe) check(cp::activate(exit, on_exit));
@@ -322,6 +326,16 @@ inline bool stray(FuncRecord& f, cp::ProbeId id, bool entry) noexcept {
   return true;
 }
 
+// Whether this thread runs the site for the first time since the probes went on (one load;
+// the fetch_or once per thread and activation); counts it in Tls::cold.
+inline void check_warm(Tls& t, std::uint64_t& warm) noexcept {
+  const std::uint64_t bit = std::uint64_t{1} << (t.index & 63);
+  if ((A(warm).load(std::memory_order_relaxed) & bit) == 0) [[unlikely]] {
+    A(warm).fetch_or(bit, std::memory_order_relaxed);
+    ++t.cold;
+  }
+}
+
 void on_entry(cp::ProbeId id, std::uint64_t tsc) noexcept {
   const std::uint64_t t0 = rdtsc();
   const std::uint32_t s = g_slot[id].load(std::memory_order_relaxed);
@@ -329,6 +343,7 @@ void on_entry(cp::ProbeId id, std::uint64_t tsc) noexcept {
   FuncRecord& f = s == kCalibSlot ? g_calib_rec : g_funcs[s - 1];
   if (stray(f, id, true)) [[unlikely]] return;
   Tls& t = tls();
+  check_warm(t, f.entry_warm);
   // The frame's instrumentation mark is moved back by what the layer spent between the
   // hook's TSC and this function (t0 - tsc): measured, where a cold site costs thousands of
   // ticks that no calibrated constant holds. (The calibrated remainder absorbs the overlap
@@ -336,7 +351,7 @@ void on_entry(cp::ProbeId id, std::uint64_t tsc) noexcept {
   if ((f.flags & kFuncNoExit) == 0) {
     if (t.frames != nullptr && t.depth < kFrames)
       t.frames[t.depth++] = {tsc, A(t.rec->instr_ticks).load(std::memory_order_relaxed) - (t0 > tsc ? t0 - tsc : 0),
-                             switch_seq(t), t.nest};
+                             switch_seq(t), t.nest, t.cold};
     t.nest += g_nest[f.provider & 3];
   }
   add(f.calls, 1);
@@ -355,6 +370,7 @@ void on_exit(cp::ProbeId id, std::uint64_t tsc) noexcept {
   FuncRecord& f = s == kCalibSlot ? g_calib_rec : g_funcs[s - 1];
   if (stray(f, id, false)) [[unlikely]] return;
   Tls& t = tls();
+  check_warm(t, f.exit_warm);
   const std::uint64_t instr_now = A(t.rec->instr_ticks).load(std::memory_order_relaxed);
   const Frame* fr = nullptr;
   if (tsc != 0 && t.frames != nullptr) {
@@ -387,7 +403,10 @@ void on_exit(cp::ProbeId id, std::uint64_t tsc) noexcept {
       add(f.uncompensated, 1);
     }
     const std::uint64_t seq = fr != nullptr ? switch_seq(t) : kSeqUnknown;
-    if (seq == kSeqUnknown || fr->seq == kSeqUnknown) {
+    if (fr != nullptr && fr->cold != t.cold) {
+      add(f.cold_samples, 1);
+      add(f.cold_sum_ticks, d);
+    } else if (seq == kSeqUnknown || fr->seq == kSeqUnknown) {
       add(f.unk_samples, 1);
       add(f.unk_sum_ticks, d);
     } else if (seq != fr->seq) {
@@ -699,8 +718,8 @@ void fold(FuncRecord& f) noexcept {
   const auto ld = [](std::uint64_t& v) { return A(v).load(std::memory_order_relaxed); };
   const std::uint64_t n = ld(f.samples), s = ld(f.sum_ticks);
   fold(f.all, n, s);
-  const std::uint64_t off_n = ld(f.sw_samples) + ld(f.unk_samples);
-  const std::uint64_t off_s = ld(f.sw_sum_ticks) + ld(f.unk_sum_ticks);
+  const std::uint64_t off_n = ld(f.sw_samples) + ld(f.unk_samples) + ld(f.cold_samples);
+  const std::uint64_t off_s = ld(f.sw_sum_ticks) + ld(f.unk_sum_ticks) + ld(f.cold_sum_ticks);
   if (n >= off_n && s >= off_s) fold(f.oncpu, n - off_n, s - off_s);
 }
 

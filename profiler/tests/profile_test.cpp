@@ -137,6 +137,39 @@ INSTANTIATE_TEST_SUITE_P(Providers, PolicyTest,
                                            Case{"pfe", "none"}),
                          [](const auto& pi) { return std::string(pi.param.prog) + "_" + pi.param.policy; });
 
+class ColdTest : public ::testing::TestWithParam<const char*> {};
+
+// Cold samples: under `full` the probes go on once, so each thread's first leaf_a() call
+// runs leaf_a's sites for the first time and is its only cold sample: 4 workers, plus
+// main's one call where it is sampled (pfe; cyg: main's call discovers the site and is not
+// a sample). worker() runs once per thread (cyg: the first thread's call discovers it): its
+// samples hold every first run. The on-CPU split leaves cold samples out.
+TEST_P(ColdTest, FirstRunsPerThreadAreCold) {
+  const std::string prog = std::string(GetParam()) == std::string("cyg") ? PROF_MT_CYG : PROF_MT_PFE;
+  const Outcome r = crossmod(std::string(GetParam()) + "-cold", std::string("--quiet --policy full -- ") + prog + " 4 2000");
+  ASSERT_EQ(r.status, 0) << r.err;
+  const json j = report(r);
+  const bool perf = j["run"]["switch_detection"] == "perf";
+  for (const char* name : {kLeafA, kLeafB}) {
+    const json* f = function(j, name);
+    ASSERT_NE(f, nullptr) << name;
+    const unsigned long cold = (*f)["cold_samples"], samples = (*f)["samples"];
+    EXPECT_GE(cold, 4u) << name;
+    EXPECT_LE(cold, 5u) << name;
+    if (perf) {
+      EXPECT_EQ((*f)["oncpu_samples"].get<unsigned long>() + (*f)["switched_samples"].get<unsigned long>() +
+                    (*f)["unknown_switch_samples"].get<unsigned long>() + cold,
+                samples)
+          << name;
+    }
+  }
+  const json* w = function(j, "(anonymous namespace)::worker(unsigned int)");
+  ASSERT_NE(w, nullptr);
+  EXPECT_EQ((*w)["cold_samples"], (*w)["samples"]);
+  EXPECT_EQ((*w)["samples"].get<unsigned long>() + (*w)["discovery_exits"].get<unsigned long>(), 4u);
+}
+INSTANTIATE_TEST_SUITE_P(Providers, ColdTest, ::testing::Values("cyg", "pfe"));
+
 class EndingTest : public ::testing::TestWithParam<const char*> {};
 
 // However the program ends, the report is there and, under `full`, exact.
@@ -295,9 +328,9 @@ TEST(ProfileSwitches, SleepingCallsAreSwitched) {
   const json* napper = function(j, "(anonymous namespace)::napper()");
   ASSERT_NE(napper, nullptr);
   const unsigned long samples = (*napper)["samples"], sw = (*napper)["switched_samples"],
-                      unknown = (*napper)["unknown_switch_samples"];
+                      unknown = (*napper)["unknown_switch_samples"], cold = (*napper)["cold_samples"];
   EXPECT_EQ(samples + (*napper)["discovery_exits"].get<unsigned long>(), 200u);
-  EXPECT_EQ(sw + unknown, samples);
+  EXPECT_EQ(sw + unknown + cold, samples);  // a cold sample is not in the switch split
   EXPECT_GT(sw, 0u) << "no thread page in 200 ms";
   EXPECT_EQ((*napper)["oncpu_samples"].get<unsigned long>(), 0u);
   EXPECT_TRUE((*napper)["oncpu_mean_ticks"].is_null());

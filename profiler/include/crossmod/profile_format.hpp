@@ -12,7 +12,8 @@
 namespace crossmod::profile {
 
 inline constexpr char kMagic[8] = {'C', 'M', 'P', 'R', 'O', 'F', '1', '\0'};
-inline constexpr std::uint32_t kVersion = 3;  // 2: compensated samples, context-switch split; 3: nest_ticks
+inline constexpr std::uint32_t kVersion = 4;  // 2: compensated samples, context-switch split; 3: nest_ticks;
+                                              // 4: cold samples
 // Latency histogram: 4 buckets per power of two ("log2-ish"), up to 2^kHistOctaves ticks.
 inline constexpr unsigned kHistSub = 4;
 inline constexpr unsigned kHistOctaves = 48;
@@ -120,6 +121,10 @@ struct FuncRecord {
   std::uint32_t flags;          // kFunc*
   std::uint64_t state;          // FnState
   std::uint64_t toggling;       // 1 while a thread changes state + probes (try-lock)
+  // Threads (bit: thread index mod 64) that have run the entry / the exit site since the
+  // probes last went on; cleared before they go on. See cold_samples.
+  std::uint64_t entry_warm;
+  std::uint64_t exit_warm;
   std::uint64_t calls;          // entry-probe hits (calls observed)
   std::uint64_t samples;        // exit-probe hits with a known entry TSC
   std::uint64_t sum_ticks;      // sum of sampled durations
@@ -150,8 +155,16 @@ struct FuncRecord {
   std::uint64_t sw_sum_ticks;
   std::uint64_t unk_samples;    // samples whose thread had no perf page yet (unknown)
   std::uint64_t unk_sum_ticks;
+  // Cold samples: the interval held a thread's first run of a probe site switched on since
+  // (this call's exit site, or a callee's entry or exit site). A site just written is not
+  // in that core's instruction cache: the first run fetches the line from the writer's
+  // core, and the call measured 10-30 ticks longer per leaf sample on latency_lab with
+  // 8 threads and --samples 10 (profiler/README.md, cold sites). Counted before the switch
+  // split: a cold sample is not in sw_ or unk_.
+  std::uint64_t cold_samples;
+  std::uint64_t cold_sum_ticks;
   // Batch means over daemon epochs (written by the daemon only): all samples, and the
-  // samples known to have run without a context switch (on CPU).
+  // samples known to have run without a context switch (on CPU) and not cold.
   Batches all;
   Batches oncpu;
   std::uint64_t hist[kHistBuckets];

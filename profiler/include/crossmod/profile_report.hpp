@@ -63,6 +63,7 @@ struct FunctionStats {
   std::uint64_t calls_observed = 0, samples = 0, toggles = 0;  // samples == all.n
   std::uint64_t raw_sum_ticks = 0, uncompensated = 0, blind_exits = 0, discovery_exits = 0;
   std::uint64_t sw_samples = 0, unk_samples = 0;  // switched out during the call / unknown
+  std::uint64_t cold_samples = 0;  // a site run for the first time since switched on (FuncRecord)
   double calls_estimated = 0, active_ticks = 0, run_ticks = 0;
   double mean = 0, ci_lo = 0, ci_hi = 0, p50 = 0, p99 = 0, share = 0;
   bool has_ci = false, converged = false, exit_probe = true;

@@ -194,6 +194,7 @@ ProfileData read_segments(const std::string& raw_dir, const RunInfo& run) {
       s.discovery_exits += f.discovery_exits;
       s.sw_samples += f.sw_samples;
       s.unk_samples += f.unk_samples;
+      s.cold_samples += f.cold_samples;
       s.toggles += f.toggles;
       double active = static_cast<double>(f.active_ticks);
       if (f.on_since != 0 && end > f.on_since) active += static_cast<double>(end - f.on_since);
@@ -211,7 +212,8 @@ ProfileData read_segments(const std::string& raw_dir, const RunInfo& run) {
       s.run_ticks += seg_ticks;
       s.converged = s.converged || f.state == static_cast<std::uint64_t>(FnState::off_converged);
       s.all.add(f.samples, f.sum_ticks, f.all);
-      const std::uint64_t off_n = f.sw_samples + f.unk_samples, off_s = f.sw_sum_ticks + f.unk_sum_ticks;
+      const std::uint64_t off_n = f.sw_samples + f.unk_samples + f.cold_samples,
+                          off_s = f.sw_sum_ticks + f.unk_sum_ticks + f.cold_sum_ticks;
       if (f.samples >= off_n && f.sum_ticks >= off_s) s.oncpu.add(f.samples - off_n, f.sum_ticks - off_s, f.oncpu);
       for (unsigned b = 0; b < kHistBuckets; ++b) s.hist[b] += f.hist[b];
     }
@@ -451,6 +453,7 @@ nlohmann::json report_json(const ProfileData& d, const RunInfo& run, const std::
                   {"discovery_exits", s.discovery_exits},
                   {"switched_samples", sw ? json(s.sw_samples) : json()},
                   {"unknown_switch_samples", sw ? json(s.unk_samples) : json()},
+                  {"cold_samples", s.cold_samples},
                   {"oncpu_samples", sw ? json(s.oncpu.n) : json()},
                   {"oncpu_mean_ticks", on ? json(s.oncpu.mean) : json()},
                   {"oncpu_mean_ci_ticks", on && s.oncpu.has_ci ? json::array({s.oncpu.lo, s.oncpu.hi}) : json()},
@@ -505,18 +508,18 @@ std::string report_csv(const ProfileData& d) {
   std::string o =
       "name,object,address,provider,calls_observed,calls_estimated,samples,mean_ticks,mean_ci_lo_ticks,"
       "mean_ci_hi_ticks,p50_ticks,p99_ticks,share,converged,raw_mean_ticks,switched_samples,oncpu_samples,"
-      "oncpu_mean_ticks,oncpu_mean_lo_ticks,oncpu_mean_hi_ticks\n";
+      "oncpu_mean_ticks,oncpu_mean_lo_ticks,oncpu_mean_hi_ticks,cold_samples\n";
   for (const FunctionStats& s : d.functions) {
     auto num = [](bool ok, double v) { return ok ? fmt::format("{:.6g}", v) : std::string(); };
     auto cnt = [](bool ok, std::uint64_t v) { return ok ? std::to_string(v) : std::string(); };
     const bool sw = d.switch_detect, on = sw && s.oncpu.n > 0;
-    o += fmt::format("{},{},{:#x},{},{},{:.6g},{},{},{},{},{},{},{:.6g},{},{},{},{},{},{},{}\n", csv_field(s.name),
+    o += fmt::format("{},{},{:#x},{},{},{:.6g},{},{},{},{},{},{},{:.6g},{},{},{},{},{},{},{},{}\n", csv_field(s.name),
                      csv_field(s.object), s.address, s.provider, s.calls_observed, s.calls_estimated, s.samples,
                      num(s.samples > 0, s.mean), num(s.has_ci, s.ci_lo), num(s.has_ci, s.ci_hi),
                      num(s.samples > 0, s.p50), num(s.samples > 0, s.p99), s.share, s.converged ? 1 : 0,
                      num(s.samples > 0, s.samples ? static_cast<double>(s.raw_sum_ticks) / static_cast<double>(s.samples) : 0),
                      cnt(sw, s.sw_samples), cnt(sw, s.oncpu.n), num(on, s.oncpu.mean),
-                     num(on && s.oncpu.has_ci, s.oncpu.lo), num(on && s.oncpu.has_ci, s.oncpu.hi));
+                     num(on && s.oncpu.has_ci, s.oncpu.lo), num(on && s.oncpu.has_ci, s.oncpu.hi), s.cold_samples);
   }
   return o;
 }
