@@ -154,6 +154,7 @@ struct Tls {
   ThreadRecord* rec;
   std::uint64_t period;
   std::uint64_t spent;
+  std::uint64_t pending;  // budget: this period's cost not yet added process-wide (finish)
   Frame* frames;  // nullptr beyond max_threads: samples go uncompensated
   const std::uint32_t* seq_page;
   std::uint64_t discovered_tsc;  // TSC at the end of this thread's last discovery callback
@@ -287,8 +288,29 @@ bool switch_on(FuncRecord& f, FnState from) noexcept {
 }
 
 // Accounts the probe function's own time plus the calibrated fixed cost of a hit, and
-// enforces the budget: the per-thread cap and the process-wide cap of this period.
+// enforces the budget: the per-thread cap and the process-wide cap of this period. The
+// budget's work comes before the final reading, so that its time is charged: the
+// process-wide add (a cache line every thread writes) gets the thread's previous hits'
+// cost, and a switch-off (code writes, Tmax waits) is this hit's. After the reading there
+// is only the add to the thread's own record, which self_ticks covers: work there used to
+// land, unaccounted, in every sampled interval around the hit.
 inline void finish(Tls& t, FuncRecord& f, std::uint64_t t0) noexcept {
+  const std::uint64_t period = g_period.load(std::memory_order_relaxed);
+  if (t.period != period) {
+    t.period = period;
+    t.spent = 0;
+    t.pending = 0;
+    g_period_threads.fetch_add(1, std::memory_order_relaxed);
+  }
+  const bool budget = g_cfg.policy == Policy::budget;
+  if (budget) {
+    const std::uint64_t all = g_period_spent.fetch_add(t.pending, std::memory_order_relaxed) + t.pending;
+    t.pending = 0;
+    if (t.spent > g_thread_cap || all > g_process_cap.load(std::memory_order_relaxed)) {
+      add(t.rec->budget_hits, 1);
+      switch_off(f, FnState::off_budget);
+    }
+  }
   std::uint64_t spent = rdtsc() - t0;
   if (spent > kMaxHitTicks) [[unlikely]] {
     spent = kMaxHitTicks;
@@ -296,18 +318,9 @@ inline void finish(Tls& t, FuncRecord& f, std::uint64_t t0) noexcept {
   }
   const std::uint64_t cost = spent + g_hdr->calib_ticks;
   add(t.rec->instr_ticks, cost);
-  const std::uint64_t period = g_period.load(std::memory_order_relaxed);
-  if (t.period != period) {
-    t.period = period;
-    t.spent = 0;
-    g_period_threads.fetch_add(1, std::memory_order_relaxed);
-  }
-  if (g_cfg.policy != Policy::budget) return;
-  t.spent += cost;
-  const std::uint64_t all = g_period_spent.fetch_add(cost, std::memory_order_relaxed) + cost;
-  if (t.spent > g_thread_cap || all > g_process_cap.load(std::memory_order_relaxed)) {
-    add(t.rec->budget_hits, 1);
-    switch_off(f, FnState::off_budget);
+  if (budget) {
+    t.spent += cost;
+    t.pending += cost;
   }
 }
 
