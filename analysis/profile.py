@@ -258,8 +258,12 @@ class TruthFn:
     # (gaps between its TSC reads: interrupts, the hypervisor); None in older files.
     oncpu_stall_ticks_per_call: Optional[float] = None
     # Calls made inside each call whose cost beyond their spin the truth leaves out
-    # (lab_outer's two lab_inner_3k): a whole call has 1 + nested_calls call overheads.
+    # (lab_outer's two lab_inner_3k).
     nested_calls: int = 0
+    # What those calls cost beyond their spins, per call that stayed on the CPU, as the
+    # program timed them around each nested call; None in older files (then a whole call
+    # is counted as 1 + nested_calls fixed call costs).
+    oncpu_nested_cost_ticks: Optional[float] = None
 
 
 def load_truth(path: Path) -> dict[str, TruthFn]:
@@ -284,7 +288,8 @@ def load_truth(path: Path) -> dict[str, TruthFn]:
                             spin_ticks=int(f.get("spin_ticks") or 0), call_overhead_ticks=overhead,
                             mean_oncpu_ticks=_opt_num(path, where, f, "mean_oncpu_ticks"),
                             oncpu_stall_ticks_per_call=_opt_num(path, where, f, "oncpu_stall_ticks_per_call"),
-                            nested_calls=int(f.get("nested_calls") or 0))
+                            nested_calls=int(f.get("nested_calls") or 0),
+                            oncpu_nested_cost_ticks=_opt_num(path, where, f, "oncpu_nested_cost_ticks"))
     return out
 
 
@@ -434,20 +439,37 @@ def baseline_overheads(rows: list[dict[str, Any]]) -> dict[tuple[str, Any], floa
     return out
 
 
-def _call_truth(t: "TruthFn", overhead: Optional[float]) -> Optional[float]:
+def baseline_nested_costs(rows: list[dict[str, Any]]) -> dict[tuple[str, Any], dict[str, float]]:
+    """(workload, round) -> {function: oncpu_nested_cost_ticks} of that round's run without
+    any preload: what the nested calls a truth leaves out cost in the program itself (a
+    profiled run's value holds the probes on them)."""
+    out = {}
+    for r in rows:
+        t = r.get("_truth")
+        if r.get("policy") in ("", None, "baseline") and t:
+            costs = {n: f.oncpu_nested_cost_ticks for n, f in t.items() if f.oncpu_nested_cost_ticks is not None}
+            if costs:
+                out[(r["workload"], r["round"])] = costs
+    return out
+
+
+def _call_truth(t: "TruthFn", overhead: Optional[float], nested_cost: Optional[float] = None) -> Optional[float]:
     """A call's true length on CPU: the spin mean over the calls without a context switch
     (the profiler's on-CPU estimand; the unpreempted mean in older truth files) plus the
-    fixed cost of the call and of the calls it makes whose cost the truth leaves out."""
+    fixed cost of the call, plus what the calls it makes whose cost the truth leaves out
+    cost in the uninstrumented run (nested_cost; nested_calls fixed costs without it)."""
     spin = t.mean_oncpu_ticks if t.mean_oncpu_ticks is not None else t.mean_unpreempted_ticks
     if spin is None or overhead is None:
         return None
-    return spin + (1 + t.nested_calls) * overhead
+    if t.nested_calls == 0:
+        return spin + overhead
+    return spin + overhead + (nested_cost if nested_cost is not None else t.nested_calls * overhead)
 
 
-def _busy_call_truth(t: "TruthFn", overhead: Optional[float]) -> Optional[float]:
+def _busy_call_truth(t: "TruthFn", overhead: Optional[float], nested_cost: Optional[float] = None) -> Optional[float]:
     """The same without the stalls inside the spins (time the machine took from the thread
     without a context switch): the lower end of what a sample of the calls can show."""
-    call = _call_truth(t, overhead)
+    call = _call_truth(t, overhead, nested_cost)
     if call is None or t.oncpu_stall_ticks_per_call is None:
         return None
     return call - t.oncpu_stall_ticks_per_call
@@ -471,14 +493,16 @@ def accuracy(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     call's fixed cost measured by the round's uninstrumented run (true_call_ticks, see
     baseline_overheads): what a compensated estimate of a whole call should be."""
     out = []
-    overheads = baseline_overheads(rows)
+    overheads, nested_costs = baseline_overheads(rows), baseline_nested_costs(rows)
     for r in rows:
         prof, truth = r.get("_profile"), r.get("_truth")
         if prof is None or truth is None:
             continue
         overhead = overheads.get((r["workload"], r["round"]))
+        nested = nested_costs.get((r["workload"], r["round"]), {})
         est = prof.by_name()
         for name, t in truth.items():
+            call, busy = _call_truth(t, overhead, nested.get(name)), _busy_call_truth(t, overhead, nested.get(name))
             f = est.get(name)
             ci = f.mean_ci_ticks if f else None
             mean = f.mean_ticks if f else None
@@ -502,13 +526,13 @@ def accuracy(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 "oncpu_ci_lo": oci[0] if oci else None, "oncpu_ci_hi": oci[1] if oci else None,
                 "oncpu_covers_unpreempted": _covers(oci, t.mean_unpreempted_ticks),
                 "oncpu_within_10pct_unpreempted": _within(oncpu, t.mean_unpreempted_ticks),
-                "true_call_ticks": _call_truth(t, overhead),
-                "oncpu_covers_call": _covers(oci, _call_truth(t, overhead)),
-                "oncpu_within_10pct_call": _within(oncpu, _call_truth(t, overhead)),
+                "true_call_ticks": call,
+                "oncpu_covers_call": _covers(oci, call),
+                "oncpu_within_10pct_call": _within(oncpu, call),
                 "true_stall_ticks": t.oncpu_stall_ticks_per_call,
-                "true_busy_call_ticks": _busy_call_truth(t, overhead),
-                "oncpu_covers_busy_call": _covers(oci, _busy_call_truth(t, overhead)),
-                "oncpu_meets_busy_to_call": _meets(oci, _busy_call_truth(t, overhead), _call_truth(t, overhead)),
+                "true_busy_call_ticks": busy,
+                "oncpu_covers_busy_call": _covers(oci, busy),
+                "oncpu_meets_busy_to_call": _meets(oci, busy, call),
             })
     return out
 
@@ -524,7 +548,7 @@ def information(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     profile carry on-CPU estimates (Profile.has_oncpu)."""
     full = {(r["workload"], r["round"]): r for r in rows
             if r["policy"] == "full" and r["rc"] == 0 and r.get("_profile") is not None}
-    overheads = baseline_overheads(rows)
+    overheads, nested_costs = baseline_overheads(rows), baseline_nested_costs(rows)
     # The noise floor where there is no truth: the next round's full judged against this
     # round's full like any other run (config "full-next"), i.e. what rerunning full
     # instrumentation itself keeps. Not made for workloads with a truth file.
@@ -557,10 +581,11 @@ def information(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
             # cost from the round's uninstrumented run) when that run is there, else against
             # the unpreempted spin mean alone.
             overhead = overheads.get((r["workload"], r["round"]))
+            nested = nested_costs.get((r["workload"], r["round"]), {})
 
             def oncpu_ok(p: Profile, tr: dict[str, TruthFn]) -> set[str]:
                 est = p.by_name()
-                ref = {n: (_call_truth(t, overhead) if overhead is not None else t.mean_unpreempted_ticks)
+                ref = {n: (_call_truth(t, overhead, nested.get(n)) if overhead is not None else t.mean_unpreempted_ticks)
                        for n, t in tr.items()}
                 return {n for n in tr if n in est and _within(est[n].oncpu_mean_ticks, ref[n])}
             seen_p = prof.seen() & set(truth)

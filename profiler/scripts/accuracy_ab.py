@@ -4,14 +4,13 @@
     profiler/scripts/accuracy_ab.py BUILD_A BUILD_B ROUNDS [THREADS] [POLICY,POLICY...]
 
 For a change to compensation or to the probes' path: each round runs, for latency_lab_cyg
-and latency_lab_pfe, the program once without the profiler (BUILD_B's binary: its
-call_overhead_ticks is the round's fixed cost of a call) and then under `crossmod profile
---policy P` of build A and of build B for every policy (default paper,budget; 8 threads,
-3,000 iterations each), A and B alternating and the order flipped every round. Each
-function's on-CPU estimate is compared with the whole call's truth (the on-CPU spin mean
-plus (1 + nested_calls) x the fixed cost). Prints per build, provider and function the
-median over runs of estimate - truth (ticks) and of the interval's half-width, and per
-build how many intervals covered the truth. Writes into a temporary folder only.
+and latency_lab_pfe, the program once without the profiler (BUILD_B's binary: the base
+run of lab_truth.py) and then under `crossmod profile --policy P` of build A and of
+build B for every policy (default paper,budget; 8 threads, 3,000 iterations each), A and
+B alternating and the order flipped every round. Each function's on-CPU estimate is
+compared with the whole call's truth (lab_truth.call_truth). Prints per build, provider
+and function the median over runs of estimate - truth (ticks) and of the interval's
+half-width, and per build how many intervals covered the truth. Writes into a temporary folder only.
 """
 import json
 import statistics
@@ -37,7 +36,6 @@ def main():
                 args = ["--threads", str(threads), "--iterations", str(24000 // threads)]
                 lab_b = f"{builds['B']}/profiler/workloads/latency_lab_{prov}"
                 subprocess.run([lab_b, *args, "--truth", f"{tmp}/base.json"], check=True, stdout=subprocess.DEVNULL)
-                overhead = json.load(open(f"{tmp}/base.json"))["call_overhead_ticks"]
                 for policy in policies:
                     for arm in order:
                         d = f"{tmp}/r{r}-{prov}-{policy}-{arm}"
@@ -45,7 +43,7 @@ def main():
                         subprocess.run([f"{builds[arm]}/crossmod", "profile", "--policy", policy, "--quiet",
                                         "--out", d, "--", lab, *args, "--truth", d + ".json"],
                                        check=True, stdout=subprocess.DEVNULL)
-                        for f, e, call, lo, hi in call_estimates(d + ".json", d + "/profile.json", overhead):
+                        for f, e, call, lo, hi in call_estimates(d + ".json", d + "/profile.json", f"{tmp}/base.json"):
                             bias.setdefault((arm, prov, f["name"]), []).append(
                                 (e["oncpu_mean_ticks"] - call, (hi - lo) / 2))
                             c = cover.setdefault(arm, [0, 0])

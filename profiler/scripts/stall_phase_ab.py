@@ -14,9 +14,8 @@ reads, interrupts or the hypervisor). Prints, per function and arm, the median o
 
 1 when the samples carry the stalls at the rate all calls do, 0 when they miss them all
 (probe bias adds to it: read it for the functions where stall >> the probes' tens of
-ticks), and, per arm, how often the on-CPU interval covers the whole call's truth (the
-spin mean plus (1 + nested_calls) x call_overhead_ticks of the round's run without the
-profiler). Writes into a temporary folder; nothing is kept.
+ticks), and, per arm, how often the on-CPU interval covers the whole call's truth
+(lab_truth.call_truth, from the round's run without the profiler). Writes into a temporary folder; nothing is kept.
 """
 import json
 import os
@@ -41,7 +40,6 @@ def main():
                 lab = f"{build}/profiler/workloads/latency_lab_{prov}"
                 args = ["--threads", str(threads), "--iterations", str(24000 // threads)]
                 subprocess.run([lab, *args, "--truth", f"{tmp}/base.json"], check=True, stdout=subprocess.DEVNULL)
-                overhead = json.load(open(f"{tmp}/base.json"))["call_overhead_ticks"]
                 for arm in ("jitter", "no-jitter"):
                     d = f"{tmp}/r{r}-{prov}-{arm}"
                     env = dict(os.environ)
@@ -51,7 +49,7 @@ def main():
                     subprocess.run([f"{build}/crossmod", "profile", "--policy", policy, "--quiet", "--out", d + "/p",
                                     "--", lab, *args, "--truth", d + ".json"],
                                    check=True, stdout=subprocess.DEVNULL, env=env)
-                    for f, e, call, lo, hi in call_estimates(d + ".json", d + "/p/profile.json", overhead):
+                    for f, e, call, lo, hi in call_estimates(d + ".json", d + "/p/profile.json", f"{tmp}/base.json"):
                         c = cover.setdefault(arm, [0, 0])
                         c[0] += lo <= call <= hi
                         c[1] += 1

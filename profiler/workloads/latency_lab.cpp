@@ -79,6 +79,8 @@ struct Truth {
   // see as a switch (interrupts, the hypervisor taking the vCPU) and how many calls had one.
   std::uint64_t oncpu_stall_ticks[kFnCount] = {};
   std::uint64_t oncpu_stalled[kFnCount] = {};
+  // lab_outer's calls that stayed on the CPU: what its inner calls cost beyond their spins.
+  std::uint64_t oncpu_nested_ticks[kFnCount] = {};
 };
 thread_local Truth* t_truth = nullptr;
 // The thread's context-switch sequence: the `lock` word of a perf software counter's mmap
@@ -192,7 +194,9 @@ LAB_NOIPA void lab_outer() {
   for (unsigned k = 0; k < kOuterNested; ++k) beyond += inner_call(stall);
   const Spun b = spin(1000);
   const std::uint64_t end = tsc();
-  record(kOuter, {end - start - beyond, switch_seq() != seq, stall + b.stall});
+  const bool switched = switch_seq() != seq;
+  if (!switched) t_truth->oncpu_nested_ticks[kOuter] += beyond;
+  record(kOuter, {end - start - beyond, switched, stall + b.stall});
 }
 LAB_NOIPA std::uint64_t lab_tiny(std::uint64_t x) {
   ++t_truth->calls[kTiny];
@@ -339,6 +343,7 @@ int main(int argc, char** argv) {
       total.switched_ticks[f] += truths[t].switched_ticks[f];
       total.oncpu_stall_ticks[f] += truths[t].oncpu_stall_ticks[f];
       total.oncpu_stalled[f] += truths[t].oncpu_stalled[f];
+      total.oncpu_nested_ticks[f] += truths[t].oncpu_nested_ticks[f];
     }
     all_iters += iters_done[t];
     acc ^= accs[t];
@@ -389,11 +394,17 @@ int main(int argc, char** argv) {
           std::fprintf(out, ", \"mean_oncpu_ticks\": null, \"oncpu_stalled_calls\": null, "
                             "\"oncpu_stall_ticks_per_call\": null");
         }
-        std::fprintf(out, ", \"nested_calls\": %u}", f == kOuter ? kOuterNested : 0u);
+        std::fprintf(out, ", \"nested_calls\": %u", f == kOuter ? kOuterNested : 0u);
+        if (sw && oncpu > 0 && f == kOuter)
+          std::fprintf(out, ", \"oncpu_nested_cost_ticks\": %.3f}",
+                       static_cast<double>(total.oncpu_nested_ticks[f]) / static_cast<double>(oncpu));
+        else
+          std::fprintf(out, ", \"oncpu_nested_cost_ticks\": null}");
       } else {
         std::fprintf(out, ", \"mean_ticks\": null, \"sd_ticks\": null, \"preempted_calls\": null, "
                           "\"mean_unpreempted_ticks\": null, \"switched_calls\": null, \"mean_oncpu_ticks\": null, "
-                          "\"oncpu_stalled_calls\": null, \"oncpu_stall_ticks_per_call\": null, \"nested_calls\": 0}");
+                          "\"oncpu_stalled_calls\": null, \"oncpu_stall_ticks_per_call\": null, \"nested_calls\": 0, "
+                          "\"oncpu_nested_cost_ticks\": null}");
       }
       std::fprintf(out, "%s\n", f + 1 < kFnCount ? "," : "");
     }
