@@ -158,9 +158,9 @@ struct FuncRecord {
   // Cold samples: the interval held a thread's first run of a probe site switched on since
   // (this call's exit site, or a callee's entry or exit site). A site just written is not
   // in that core's instruction cache: the first run fetches the line from the writer's
-  // core, and the call measured 10-30 ticks longer per leaf sample on latency_lab with
-  // 8 threads and --samples 10 (profiler/README.md, cold sites). Counted before the switch
-  // split: a cold sample is not in sw_ or unk_.
+  // core. Leaving them out took lab_leaf_200's bias from +23/+37 to +9/+16 ticks (cyg/pfe,
+  // latency_lab, 8 threads, --samples 10; profiler/README.md, `cold_samples`). Counted
+  // before the switch split: a cold sample is not in sw_ or unk_.
   std::uint64_t cold_samples;
   std::uint64_t cold_sum_ticks;
   // Batch means over daemon epochs (written by the daemon only): all samples, and the
