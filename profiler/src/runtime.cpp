@@ -13,6 +13,7 @@
 #include <link.h>
 #include <fnmatch.h>
 #include <pthread.h>
+#include <sched.h>
 #include <linux/perf_event.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -226,6 +227,56 @@ bool try_toggle_lock(FuncRecord& f) noexcept {
 }
 void toggle_unlock(FuncRecord& f) noexcept { A(f.toggling).store(0, std::memory_order_release); }
 
+// calls_estimated, window by window (FuncRecord::win_start). All under the toggle lock.
+std::uint64_t g_ncpus = 1;  // CPUs the process may run on (sched_getaffinity at start)
+
+// The instrumentation time every thread has accounted so far.
+std::uint64_t instr_sum() noexcept {
+  const std::uint64_t nt = std::min<std::uint64_t>(A(g_hdr->nthreads).load(std::memory_order_relaxed), g_cfg.max_threads);
+  std::uint64_t s = A(g_spare_thread.instr_ticks).load(std::memory_order_relaxed);
+  for (std::uint64_t i = 0; i < nt; ++i) s += A(g_threads[i].instr_ticks).load(std::memory_order_relaxed);
+  return s;
+}
+
+void open_window(FuncRecord& f, std::uint64_t now, std::uint64_t instr) noexcept {
+  A(f.win_start).store(now, std::memory_order_relaxed);
+  A(f.win_calls0).store(A(f.calls).load(std::memory_order_relaxed), std::memory_order_relaxed);
+  A(f.win_instr0).store(instr, std::memory_order_relaxed);
+}
+
+// Counts the window's calls into est_calls and, from its length minus the probe time
+// inside it (the threads' accounted time over the CPUs they share), sets the call rate of
+// the program without instrumentation, for the stretch that follows. `at_call`: the window
+// ended at one of its calls (a switch-off by a hit), so n - 1 calls over its length is the
+// unbiased rate (the window did not start at a call: the switch-on's time is the daemon's).
+void close_window(FuncRecord& f, std::uint64_t now, std::uint64_t instr, bool at_call) noexcept {
+  const std::uint64_t start = A(f.win_start).load(std::memory_order_relaxed);
+  if (start == 0 || now <= start) return;
+  const std::uint64_t calls = A(f.calls).load(std::memory_order_relaxed);
+  const std::uint64_t c0 = A(f.win_calls0).load(std::memory_order_relaxed);
+  const double n = calls > c0 ? static_cast<double>(calls - c0) : 0.0;
+  const double len = static_cast<double>(now - start);
+  const std::uint64_t i0 = A(f.win_instr0).load(std::memory_order_relaxed);
+  const double nrun = static_cast<double>(std::max<std::uint64_t>(
+      1, std::min<std::uint64_t>(A(g_hdr->nthreads).load(std::memory_order_relaxed), g_ncpus)));
+  const double probes = instr > i0 ? static_cast<double>(instr - i0) / nrun : 0.0;
+  const double bare = std::max(len - probes, len / 64);  // the accounting can overshoot a little
+  A(f.est_calls).store(A(f.est_calls).load(std::memory_order_relaxed) + n, std::memory_order_relaxed);
+  A(f.est_until).store(now, std::memory_order_relaxed);
+  A(f.off_rate).store((at_call && n >= 2 ? n - 1 : n) / bare, std::memory_order_relaxed);
+  A(f.win_start).store(0, std::memory_order_relaxed);
+}
+
+// The switch-on's side: the stretch since est_until at the last window's rate.
+void extrapolate(FuncRecord& f, std::uint64_t now) noexcept {
+  const std::uint64_t until = A(f.est_until).load(std::memory_order_relaxed);
+  if (until != 0 && now > until)
+    A(f.est_calls).store(A(f.est_calls).load(std::memory_order_relaxed) +
+                             A(f.off_rate).load(std::memory_order_relaxed) * static_cast<double>(now - until),
+                         std::memory_order_relaxed);
+  A(f.est_until).store(now, std::memory_order_relaxed);
+}
+
 void switch_off(FuncRecord& f, FnState why) noexcept {
   if (A(f.state).load(std::memory_order_relaxed) != static_cast<std::uint64_t>(FnState::on)) return;
   if (!try_toggle_lock(f)) return;
@@ -244,8 +295,7 @@ void switch_off(FuncRecord& f, FnState why) noexcept {
   const std::uint64_t since = A(f.on_since).exchange(0, std::memory_order_relaxed);
   if (since != 0 && t1 > since) add(f.active_ticks, t1 - since);
   // The window closes at the decision (t0): the toggles' own cost is not the program's.
-  const std::uint64_t first = A(f.window_first).exchange(0, std::memory_order_relaxed);
-  if (first != 0 && t0 > first) add(f.rate_ticks, t0 - first);
+  close_window(f, t0, instr_sum(), why != FnState::off_converged);
   add(f.offs, 1);
   const std::uint64_t n = (entry != cp::kNoProbe ? 1u : 0u) + (exit != cp::kNoProbe ? 1u : 0u);
   add(f.toggles, n);
@@ -279,6 +329,8 @@ bool switch_on(FuncRecord& f, FnState from) noexcept {
   if (entry != cp::kNoProbe) check(cp::activate(entry, on_entry));
   const std::uint64_t t1 = rdtsc();
   A(f.on_since).store(t1, std::memory_order_relaxed);
+  extrapolate(f, t1);
+  open_window(f, t1, instr_sum());
   const std::uint64_t n = (entry != cp::kNoProbe ? 1u : 0u) + (exit != cp::kNoProbe ? 1u : 0u);
   add(f.toggles, n);
   add(g_hdr->toggles, n);
@@ -368,10 +420,6 @@ void on_entry(cp::ProbeId id, std::uint64_t tsc) noexcept {
     t.nest += g_nest[f.provider & 3];
   }
   add(f.calls, 1);
-  std::uint64_t none = 0;
-  if (A(f.window_first).load(std::memory_order_relaxed) != 0 ||
-      !A(f.window_first).compare_exchange_strong(none, t0, std::memory_order_relaxed))
-    add(f.rate_calls, 1);
   add(t.rec->calls, 1);
   finish(t, f, t0);
 }
@@ -991,6 +1039,7 @@ void* daemon_main(void*) {
     std::uint64_t active = 0;
     std::uint64_t resume = rotate;
     bool spent = false;
+    const std::uint64_t walk_instr = epoch ? instr_sum() : 0;
     for (std::uint64_t j = 0; j < nf; ++j) {
       const std::uint64_t i = (rotate + j) % nf;
       FuncRecord& f = g_funcs[i];
@@ -1003,6 +1052,17 @@ void* daemon_main(void*) {
       bool toggled = false;
       if (epoch) {
         fold(f);
+        // Still on with a window: cut it here (its calls counted, its rate kept), so that
+        // one window never spans more than an epoch.
+        if (A(f.win_start).load(std::memory_order_relaxed) != 0 && try_toggle_lock(f)) {
+          if (A(f.state).load(std::memory_order_relaxed) == static_cast<std::uint64_t>(FnState::on) &&
+              A(f.win_start).load(std::memory_order_relaxed) != 0) {
+            const std::uint64_t now = rdtsc();
+            close_window(f, now, walk_instr, false);
+            open_window(f, now, walk_instr);
+          }
+          toggle_unlock(f);
+        }
         if (g_cfg.policy == Policy::converge && narrow_enough(f)) {
           switch_off(f, FnState::off_converged);
           std::uint64_t st = static_cast<std::uint64_t>(FnState::off_sampled);
@@ -1177,6 +1237,11 @@ bool open_segment() {
   h.period_ns = g_cfg.period_ns;
   h.ci = g_cfg.ci;
   h.start_tsc = rdtsc();
+  {
+    cpu_set_t cpus;
+    CPU_ZERO(&cpus);
+    if (sched_getaffinity(0, sizeof cpus, &cpus) == 0) g_ncpus = static_cast<std::uint64_t>(std::max(1, CPU_COUNT(&cpus)));
+  }
   h.string_used = 1;  // offset 0 is the empty string
   // The magic last: a reader that sees it sees an initialised header.
   std::atomic_thread_fence(std::memory_order_release);

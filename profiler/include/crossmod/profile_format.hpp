@@ -13,7 +13,7 @@ namespace crossmod::profile {
 
 inline constexpr char kMagic[8] = {'C', 'M', 'P', 'R', 'O', 'F', '1', '\0'};
 inline constexpr std::uint32_t kVersion = 4;  // 2: compensated samples, context-switch split; 3: nest_ticks;
-                                              // 4: cold samples
+                                              // 4: cold samples, per-window call estimate
 // Latency histogram: 4 buckets per power of two ("log2-ish"), up to 2^kHistOctaves ticks.
 inline constexpr unsigned kHistSub = 4;
 inline constexpr unsigned kHistOctaves = 48;
@@ -132,15 +132,20 @@ struct FuncRecord {
   std::uint64_t on_since;       // TSC when the entry probe was last switched on, 0 if off
   std::uint64_t active_ticks;   // closed active windows
   std::uint64_t toggles;
-  // Call-rate windows for calls_estimated. A window opens at the first entry hit after the
-  // probes went on (not at the code patch: an executing core can run the stale site for a
-  // while, observed up to milliseconds here) and closes when the function switches off.
   std::uint64_t offs;           // times the function was switched off
   std::uint64_t armed_tsc;      // TSC just before the probes last went on; an exit whose
                                 // entry TSC is older belongs to an earlier window (stale)
-  std::uint64_t window_first;   // TSC of the current window's first entry hit, 0 if none
-  std::uint64_t rate_calls;     // entry hits after the first of each window
-  std::uint64_t rate_ticks;     // closed windows, first hit -> switch-off
+  // calls_estimated, window by window: a window runs from a switch-on (its end, win_start)
+  // to the switch-off, or to the daemon's next epoch while the function stays on. Its calls
+  // are counted; the time after it, while the function is off, gets the window's call rate
+  // measured without the instrumentation (its length minus the probe time the threads
+  // accounted inside it). est_calls covers the run up to est_until.
+  std::uint64_t win_start;      // TSC the current window opened, 0 if none
+  std::uint64_t win_calls0;     // `calls` then
+  std::uint64_t win_instr0;     // the threads' instr_ticks summed then
+  std::uint64_t est_until;      // TSC est_calls covers up to (0: none yet)
+  double est_calls;
+  double off_rate;              // calls per tick for the time since est_until, while off
   // Sampled durations are compensated: the instrumentation time the thread accounted
   // between the call's entry hit and its exit hit (its own entry hit, every probe hit of
   // the calls it made) is taken off. raw_sum_ticks keeps the durations as timed.
