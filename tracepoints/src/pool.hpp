@@ -31,6 +31,15 @@ std::uint64_t prev_le(std::uint64_t s, std::uint32_t mask, std::uint32_t value) 
 // its 939 Py* functions).
 bool entry_possible(std::uintptr_t addr, std::uint8_t boundary_mask) noexcept;
 
+// The jump `2E`*prefix + `E9 rel32` at addr is, for the constraint, the 5-byte jmp at
+// addr+prefix: its boundary mask is the replaced boundaries (bits 1..7, offsets from addr)
+// shifted down by prefix. False when a boundary sits on a prefix or the opcode (offsets
+// 1..prefix) or beyond the rel32 (cannot come from analyze_head).
+bool prefixed_mask(std::uint8_t boundary_mask, unsigned prefix, std::uint8_t* rel_mask) noexcept;
+// entry_possible() for that jump: reserve(addr + prefix, *rel_mask, ...) can succeed.
+bool entry_possible_prefixed(std::uintptr_t addr, std::uint8_t boundary_mask,
+                             unsigned prefix) noexcept;
+
 struct Reservation {
   std::uintptr_t entry = 0;   // entry slot: the jump at addr targets it
   std::size_t entry_len = 0;  // 5 (jmp rel32 to body) or 14 (jmp [rip]; abs64)
