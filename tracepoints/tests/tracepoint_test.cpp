@@ -242,18 +242,6 @@ TEST(Tracepoint, BadSequencesAreRefused) {
   EXPECT_EQ(Tracepoint::prepare(code.jcc().addr, 3, count_hit, nullptr, &t), Status::too_short);
 }
 
-// A page below 816 MiB (where a boundary at offset 4 would need a rel32 below address 0),
-// or nullptr. The caller munmaps it.
-std::uint8_t* map_low(int prot) {
-  for (std::uintptr_t at : {0x20000000ul, 0x10000000ul, 0x28000000ul, 0x08000000ul, 0x02000000ul}) {
-    void* m = mmap(reinterpret_cast<void*>(at), 4096, prot,
-                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0);
-    if (m == reinterpret_cast<void*>(at)) return static_cast<std::uint8_t*>(m);
-    if (m != MAP_FAILED) munmap(m, 4096);
-  }
-  return nullptr;
-}
-
 // Code where no entry slot can exist: below 816 MiB with boundaries at bytes 1 and 4, the
 // rel32 would point below address 0 and no 0x2E prefix can shift it (byte 1 would be a
 // prefix or the opcode). prepare skips the branch scan: no_trampoline_space without the
@@ -262,7 +250,7 @@ TEST(Tracepoint, NoEntrySlotPossibleLowInMemory) {
   // push rbx; mov rax, rdi; xor ebx, ebx; pop rbx; ret (boundaries at 1 and 4)
   static const std::uint8_t kFn[] = {0x53, 0x48, 0x89, 0xF8, 0x31, 0xDB, 0x5B, 0xC3};
   constexpr std::uint8_t kMask = (1u << 1) | (1u << 4);
-  std::uint8_t* low = map_low(PROT_READ | PROT_WRITE);
+  std::uint8_t* low = test::map_low(PROT_READ | PROT_WRITE);
   ASSERT_NE(low, nullptr);
   std::memcpy(low, kFn, sizeof kFn);
   const auto low_at = reinterpret_cast<std::uintptr_t>(low);
@@ -292,7 +280,7 @@ TEST(Tracepoint, NoEntrySlotPossibleLowInMemory) {
 // from another thread (probe fired, result right, the loop's back edge into offset 4
 // trapped and redirected), removed (original bytes back, no more probe).
 TEST(Tracepoint, PrefixedJumpLowInMemory) {
-  std::uint8_t* low = map_low(PROT_READ | PROT_WRITE | PROT_EXEC);
+  std::uint8_t* low = test::map_low(PROT_READ | PROT_WRITE | PROT_EXEC);
   ASSERT_NE(low, nullptr);
   std::memset(low, x86::kInvalid64, 4096);
   // load2(p) = p->[0x18]->[0x20]: mov rax, [rdi+0x18]; mov rax, [rax+0x20]; ret
@@ -380,7 +368,8 @@ TEST(Tracepoint, PrefixedJumpLowInMemory) {
   EXPECT_EQ(hits_load.load(), 11u);
   ASSERT_EQ(tl.remove(test_wait()), Status::ok);
   EXPECT_EQ(std::memcmp(load2, kLoad2, sizeof kLoad2), 0);
-  // The page is never unmapped: the trampolines (immortal) jump back into it.
+  (void)wr.restore();
+  munmap(low, 4096);  // removed and every call returned: nothing runs in it any more
 }
 
 // Where the 5-byte jump works, it is exactly what it was before prefixes existed: E9 and
