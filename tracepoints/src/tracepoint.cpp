@@ -113,9 +113,10 @@ Status Tracepoint::prepare_impl(void* addr, std::size_t size, Handler handler,
   bool entry_ok = false;
   Status as = detail::choose_head(code, size, a, &an, &entry_ok);
   if (as == Status::ok && !entry_ok) {
-    // No address can hold the entry slot, so reserve() below would refuse the jump
-    // whatever the scan for branches into the range found: skip the scan (most of the
-    // analysis; 60% of python3's Py* code is in such functions). Without the trap
+    // No address can hold the entry slot, for no prefix (choose_head), so reserve() below
+    // would refuse the jump whatever the scan for branches into the range found: skip the
+    // scan (most of the analysis; 60% of python3's Py* code was in such functions before
+    // prefixes, measured then). Without the trap
     // fallback the refusal reads no_trampoline_space even where the scan would have
     // found branch_into_range; with it, trap mode as reserve()'s refusal gave.
     if (!trap_fallback) return Status::no_trampoline_space;

@@ -116,7 +116,12 @@ class Tracepoint {
   // only an int3 on byte 0, redirected to the same trampoline (one signal per hit, so
   // ~100x slower per call, but any instruction the relocator handles qualifies). Used for
   // too_short and branch_into_range, and for no_trampoline_space (e.g. code of a non-PIE
-  // executable below 2 GiB, where a boundary at offset 4 needs a rel32 of -0x33xxxxxx).
+  // executable below 816 MiB, where a boundary at offset 4 needs a rel32 of -0x33xxxxxx,
+  // when no 0x2E-prefixed jump helps either: a boundary at offset 1, see Analysis).
+  //
+  // The jump is the 5-byte `E9 rel32` whenever an entry slot can exist for it (the same
+  // bytes as before prefixes existed); else the shortest `2E`*p `E9 rel32` (p = 1..3)
+  // that can have one (analysis().prefix_len, jump_len()).
   static Status prepare(void* addr, std::size_t size, Handler handler, void* user, Tracepoint* out,
                         std::error_code* ec = nullptr, bool trap_fallback = false) noexcept;
   // prepare() with a probe that also receives the stack pointer (SpHandler).
