@@ -308,5 +308,26 @@ TEST(Prefix, EveryPrefixedPatternIsSatisfied) {
   }
 }
 
+// entry_possible_prefixed() agrees with what reserve() at addr + p finds, for every p and
+// every boundary pattern it admits, at a low address (python3.11-like) where p = 0 with
+// rel32 byte 3 fixed is impossible and the same pattern one prefix later is not.
+TEST(Prefix, EntryPossibleAgreesWithReserve) {
+  const std::uintptr_t addr = std::uintptr_t{0x21000000} + 0x345;
+  std::size_t impossible = 0;
+  for (unsigned p = 0; p <= 3; ++p) {
+    for (unsigned m = 0; m < 16; ++m) {
+      const auto full = static_cast<std::uint8_t>((m << 1) << p);
+      std::uint8_t rel_mask = 0;
+      ASSERT_TRUE(detail::prefixed_mask(full, p, &rel_mask));
+      detail::Reservation r;
+      const Status s = detail::reserve(addr + p, rel_mask, 64, true, &r, nullptr);
+      EXPECT_EQ(detail::entry_possible_prefixed(addr, full, p), s == Status::ok)
+          << "p " << p << " mask " << m;
+      impossible += s != Status::ok;
+    }
+  }
+  EXPECT_EQ(impossible, 4u * 8u);  // for each p, the 8 patterns fixing rel32 byte 3
+}
+
 }  // namespace
 }  // namespace crossmod::tp
