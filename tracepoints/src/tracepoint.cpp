@@ -116,9 +116,9 @@ Status Tracepoint::prepare_impl(void* addr, std::size_t size, Handler handler,
     // No address can hold the entry slot, for no prefix (choose_head), so reserve() below
     // would refuse the jump whatever the scan for branches into the range found: skip the
     // scan (most of the analysis; 60% of python3's Py* code was in such functions before
-    // prefixes, measured then). Without the trap
-    // fallback the refusal reads no_trampoline_space even where the scan would have
-    // found branch_into_range; with it, trap mode as reserve()'s refusal gave.
+    // prefixes, measured then). Without the trap fallback the refusal reads
+    // no_trampoline_space even where the scan would have found branch_into_range; with
+    // it, trap mode as reserve()'s refusal gave.
     if (!trap_fallback) return Status::no_trampoline_space;
     as = Status::branch_into_range;  // -> trap mode below, on the first instruction only
   } else if (as == Status::ok) {
