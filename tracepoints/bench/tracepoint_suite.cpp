@@ -7,7 +7,10 @@
 //                       jump tracepoint with an empty probe; a disabled one; the same
 //                       function after the tracepoint was removed (latent cost); a 4-byte
 //                       function with a trap-mode (int3) tracepoint, and that function
-//                       directly. Each alternative has its own copy of the code.
+//                       directly; load4 (first instruction 4 bytes) directly, with an
+//                       enabled / disabled 5-byte jump (its copy high in memory) and
+//                       with a 6-byte 0x2E-prefixed jump (its copy below 816 MiB, where
+//                       the 5-byte one is impossible). Each alternative has its own copy.
 //   tracepoint/latency  install and remove with membarrier SYNC_CORE waits and with the
 //                       run's Tmax wait, and the probe toggle (disable, enable), per op.
 //   tracepoint/memory   the trampoline pool's use for 64 x 2 fresh tracepoints (jump, trap).
@@ -18,6 +21,8 @@
 
 #include <benchmark/benchmark.h>
 #include <fmt/core.h>
+
+#include <sys/mman.h>
 
 #include <algorithm>
 #include <cstring>
@@ -49,9 +54,60 @@ struct Code {
 
 // One block of fresh code: plus_k(n) = n + K with K read RIP-relative (the relocator's
 // common case), and short(n) = n + 1, 4 bytes (too short for the jump: trap mode).
+// load4(n) = n + K, K read RIP-relative from base + 0x380, its first instruction 4 bytes
+// (boundaries 0, 4: the 5-byte jump needs rel32 byte 3 = 0xCC, about -832 MiB away).
+//  0: 48 8D 47 00      lea rax, [rdi + 0]
+//  4: 48 03 05 d32     add rax, [rip + d32]
+// 11: C3               ret
+Code put_load4(std::uint8_t* base, std::size_t at) {
+  const std::uint8_t load4[] = {0x48, 0x8D, 0x47, 0x00, 0x48, 0x03, 0x05, 0, 0, 0, 0, 0xC3};
+  std::memcpy(base + at, load4, sizeof load4);
+  const auto d = static_cast<std::int32_t>((base + 0x380) - (base + at + 11));
+  std::memcpy(base + at + 7, &d, 4);
+  std::memcpy(base + 0x380, &kK, 8);
+  return {base + at, sizeof load4};
+}
+
+// A page below 816 MiB (first free 1 MiB step from 256 MiB) holding load4: its tracepoint
+// gets a 0x2E-prefixed jump. Unmapped on destruction (after the fixture's removals).
+struct LowCopy {
+  std::uint8_t* page = nullptr;
+  WritableRange range;
+  Code load4;
+  std::string why;
+  LowCopy() = default;
+  LowCopy(const LowCopy&) = delete;
+  LowCopy& operator=(const LowCopy&) = delete;
+  ~LowCopy() {
+    (void)range.restore();
+    if (page != nullptr) munmap(page, 4096);
+  }
+  bool make() {
+    for (std::uintptr_t at = 0x10000000; at < 0x30000000 && page == nullptr; at += 0x100000) {
+      void* m = mmap(reinterpret_cast<void*>(at), 4096, PROT_READ | PROT_WRITE | PROT_EXEC,
+                     MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0);
+      if (m == reinterpret_cast<void*>(at))
+        page = static_cast<std::uint8_t*>(m);
+      else if (m != MAP_FAILED)
+        munmap(m, 4096);
+    }
+    if (page == nullptr) {
+      why = "no free page below 816 MiB";
+      return false;
+    }
+    std::memset(page, x86::kInvalid64, 4096);
+    load4 = put_load4(page, 0);
+    if (const Status s = WritableRange::make(page, 4096, &range); s != Status::ok) {
+      why = status_message("WritableRange::make", s);
+      return false;
+    }
+    return true;
+  }
+};
+
 struct CodeCopy {
   CodeBlock block;
-  Code plus, shortfn;
+  Code plus, shortfn, load4;
   std::string why;
   bool make() {
     if (const Status s = CodeBlock::allocate(4096, nullptr, &block); s != Status::ok) {
@@ -78,6 +134,7 @@ struct CodeCopy {
     const std::uint8_t short_fn[] = {0x8D, 0x47, 0x01, 0xC3};
     std::memcpy(b + 0x40, short_fn, sizeof short_fn);
     shortfn = {b + 0x40, sizeof short_fn};
+    load4 = put_load4(b, 0x80);
     return true;
   }
 };
@@ -99,12 +156,14 @@ double to_ns(double ticks) { return ticks * 1e9 / env().tsc_hz; }
 // ---- tracepoint/invoke -------------------------------------------------------------
 
 struct InvokeFixture : Fixture {
-  CodeCopy direct, on, off, removed, trap;
-  Tracepoint tp_on, tp_off, tp_removed, tp_trap;
+  CodeCopy direct, on, off, removed, trap, on4, off4;
+  LowCopy low_on, low_off;  // below 816 MiB: 6-byte prefixed jumps
+  Tracepoint tp_on, tp_off, tp_removed, tp_trap, tp_on4, tp_off4, tp_low_on, tp_low_off;
   // Before the code blocks go: their trap redirects must not outlive them (a later block
   // at the same address would look owned). Nobody runs the code now: no wait.
   ~InvokeFixture() override {
-    for (Tracepoint* t : {&tp_on, &tp_off, &tp_removed, &tp_trap})
+    for (Tracepoint* t : {&tp_on, &tp_off, &tp_removed, &tp_trap, &tp_on4, &tp_off4, &tp_low_on,
+                          &tp_low_off})
       if (t->is_installed()) (void)t->remove(WaitPolicy::None());
   }
 };
@@ -119,7 +178,12 @@ void bm_invoke(benchmark::State& st, const std::string& name) {
   std::string why;
   auto* fx = reuse_fixture<InvokeFixture>(name, [&]() -> std::unique_ptr<InvokeFixture> {
     auto f = std::make_unique<InvokeFixture>();
-    for (CodeCopy* c : {&f->direct, &f->on, &f->off, &f->removed, &f->trap})
+    for (CodeCopy* c : {&f->direct, &f->on, &f->off, &f->removed, &f->trap, &f->on4, &f->off4})
+      if (!c->make()) {
+        why = c->why;
+        return nullptr;
+      }
+    for (LowCopy* c : {&f->low_on, &f->low_off})
       if (!c->make()) {
         why = c->why;
         return nullptr;
@@ -145,7 +209,19 @@ void bm_invoke(benchmark::State& st, const std::string& name) {
       why = "the 4-byte function did not get a trap-mode tracepoint";
       return nullptr;
     }
+    if (!prep(f->on4.load4, &f->tp_on4, false) || !prep(f->off4.load4, &f->tp_off4, false) ||
+        !prep(f->low_on.load4, &f->tp_low_on, false) || !prep(f->low_off.load4, &f->tp_low_off, false))
+      return nullptr;
+    for (const Tracepoint* t : {&f->tp_on4, &f->tp_off4, &f->tp_low_on, &f->tp_low_off}) {
+      const bool low = t == &f->tp_low_on || t == &f->tp_low_off;
+      if (t->jump_len() != (low ? 6u : 5u)) {
+        why = fmt::format("load4 got a {}-byte jump {} in memory", t->jump_len(), low ? "low" : "high");
+        return nullptr;
+      }
+    }
     (void)f->tp_off.disable();
+    (void)f->tp_off4.disable();
+    (void)f->tp_low_off.disable();
     if (const tp::Status s = f->tp_removed.remove(none); s != tp::Status::ok) {
       why = fmt::format("remove: {}", tp::to_string(s));
       return nullptr;
@@ -160,6 +236,11 @@ void bm_invoke(benchmark::State& st, const std::string& name) {
       {"after_remove", fx->removed.plus.fn(), kBatch},
       {"direct_short", fx->direct.shortfn.fn(), kBatch},
       {"trap_enabled_short", fx->trap.shortfn.fn(), kTrapBatch},
+      {"direct_load4", fx->direct.load4.fn(), kBatch},
+      {"jump_enabled_load4", fx->on4.load4.fn(), kBatch},
+      {"prefixed_enabled_load4", fx->low_on.load4.fn(), kBatch},
+      {"jump_disabled_load4", fx->off4.load4.fn(), kBatch},
+      {"prefixed_disabled_load4", fx->low_off.load4.fn(), kBatch},
   };
   constexpr std::size_t kAlts = std::size(alts);
   std::vector<double> per_call[kAlts];

@@ -17,6 +17,9 @@ inline constexpr std::uint8_t kPushRax = 0x50;
 inline constexpr std::uint8_t kPopRax = 0x58;
 inline constexpr std::uint8_t kInt3 = 0xCC;
 inline constexpr std::uint8_t kNop = 0x90;
+// CS segment override: ignored in 64-bit mode (SDM Vol 1 3.3.7.1); pads a jmp rel32 so
+// that its rel32 starts later (tracepoint.hpp, Analysis).
+inline constexpr std::uint8_t kCsPrefix = 0x2E;
 // JMP [RIP+0] followed by the 8-byte absolute target (FF /4, ModRM 00 100 101).
 inline constexpr std::uint8_t kJmpRipIndirect[6] = {0xFF, 0x25, 0, 0, 0, 0};
 inline constexpr std::size_t kJmpAbsLen = 14;

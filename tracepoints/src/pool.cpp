@@ -304,6 +304,21 @@ bool entry_possible(std::uintptr_t addr, std::uint8_t boundary_mask) noexcept {
   return s != kNone && s <= rel_to_s(hi);
 }
 
+bool prefixed_mask(std::uint8_t boundary_mask, unsigned prefix, std::uint8_t* rel_mask) noexcept {
+  if (prefix > 3) return false;
+  const unsigned on_prefix = ((1u << (prefix + 1)) - 1) & ~1u;  // bits 1..prefix
+  const unsigned beyond = 0xFFu & ~((1u << (prefix + 5)) - 1);   // bits >= 5 + prefix
+  if ((boundary_mask & (on_prefix | beyond)) != 0) return false;
+  *rel_mask = static_cast<std::uint8_t>(boundary_mask >> prefix);
+  return true;
+}
+
+bool entry_possible_prefixed(std::uintptr_t addr, std::uint8_t boundary_mask,
+                             unsigned prefix) noexcept {
+  std::uint8_t rel_mask = 0;
+  return prefixed_mask(boundary_mask, prefix, &rel_mask) && entry_possible(addr + prefix, rel_mask);
+}
+
 Status reserve(std::uintptr_t addr, std::uint8_t boundary_mask, std::size_t body_len,
                bool want_entry, Reservation* out, std::error_code* ec) noexcept {
   try {

@@ -28,8 +28,17 @@ std::uint64_t prev_le(std::uint64_t s, std::uint32_t mask, std::uint32_t value) 
 // 47-bit user top) has a rel32 from addr+5 satisfying the boundary constraint. False:
 // reserve() with want_entry cannot succeed, whatever is mapped (python3.11 is not PIE, at
 // 4 MiB: a boundary at byte 4 asks for rel32 in [-832, -816] MiB, below address 0; 359 of
-// its 939 Py* functions).
+// its 939 Py* functions, 149 when 0x2E prefixes may shift the rel32: prefixed_mask).
 bool entry_possible(std::uintptr_t addr, std::uint8_t boundary_mask) noexcept;
+
+// The jump `2E`*prefix + `E9 rel32` at addr is, for the constraint, the 5-byte jmp at
+// addr+prefix: its boundary mask is the replaced boundaries (bits 1..7, offsets from addr)
+// shifted down by prefix. False when a boundary sits on a prefix or the opcode (offsets
+// 1..prefix) or beyond the rel32 (cannot come from analyze_head).
+bool prefixed_mask(std::uint8_t boundary_mask, unsigned prefix, std::uint8_t* rel_mask) noexcept;
+// entry_possible() for that jump: reserve(addr + prefix, *rel_mask, ...) can succeed.
+bool entry_possible_prefixed(std::uintptr_t addr, std::uint8_t boundary_mask,
+                             unsigned prefix) noexcept;
 
 struct Reservation {
   std::uintptr_t entry = 0;   // entry slot: the jump at addr targets it

@@ -12,6 +12,7 @@
 
 #include "crossmod/tracepoint.hpp"
 #include "encoding.hpp"
+#include "pool.hpp"
 
 namespace crossmod::tp {
 
@@ -135,13 +136,19 @@ Status analyze(const std::uint8_t* code, std::size_t size, std::uintptr_t addr,
 namespace detail {
 
 Status analyze_head(const std::uint8_t* code, std::size_t size, std::uintptr_t,
-                    Analysis* out) noexcept {
+                    Analysis* out, unsigned prefix) noexcept {
   *out = Analysis{};
-  if (code == nullptr || size < kJumpLen) return Status::too_short;
+  if (prefix > kMaxPrefix) return Status::bad_state;
+  const std::size_t jump_len = kJumpLen + prefix;
+  if (code == nullptr || size < jump_len) return Status::too_short;
   const ZydisDecoder dec = make_decoder();
   Decoded d;
   std::size_t off = 0;
-  while (off < kJumpLen) {
+  out->prefix_len = static_cast<std::uint8_t>(prefix);
+  while (off < jump_len) {
+    // A boundary on a prefix or the opcode: this jump length cannot work. (Checked before
+    // decoding, so count stays <= 5: offset 0 and at most one per rel32 byte.)
+    if (off > 0 && off <= prefix) return Status::no_trampoline_space;
     const ZyanStatus zs = decode_status(dec, code + off, size - off, &d);
     if (!ZYAN_SUCCESS(zs)) {
       // The function ends inside an instruction: too short; anything else is undecodable.
@@ -153,9 +160,32 @@ Status analyze_head(const std::uint8_t* code, std::size_t size, std::uintptr_t,
     ++out->count;
     if (off > 0) out->boundary_mask = static_cast<std::uint8_t>(out->boundary_mask | (1u << off));
     off += d.ins.length;
-    if (off < kJumpLen && ends_flow(d)) return Status::too_short;
+    if (off < jump_len && ends_flow(d)) return Status::too_short;
   }
+  static_assert(sizeof(Analysis::offset) == 5 && kJumpLen + kMaxPrefix <= 8);
   out->replaced_len = static_cast<std::uint8_t>(off);
+  return Status::ok;
+}
+
+Status choose_head(const std::uint8_t* code, std::size_t size, std::uintptr_t addr,
+                   Analysis* out, bool* entry_ok) noexcept {
+  *entry_ok = false;
+  if (const Status s = analyze_head(code, size, addr, out, 0); s != Status::ok) return s;
+  if (entry_possible_prefixed(addr, out->boundary_mask, 0)) {
+    *entry_ok = true;
+    return Status::ok;
+  }
+  // A boundary at 1 rules out every prefix; else a longer head may still fit: its extra
+  // instructions may be too short, unsupported or on the prefixes (then skip that prefix).
+  Analysis longer;
+  for (unsigned p = 1; p <= kMaxPrefix; ++p) {
+    if (analyze_head(code, size, addr, &longer, p) != Status::ok) continue;
+    if (entry_possible_prefixed(addr, longer.boundary_mask, p)) {
+      *out = longer;
+      *entry_ok = true;
+      return Status::ok;
+    }
+  }
   return Status::ok;
 }
 
@@ -172,7 +202,7 @@ Status analyze_scan(const std::uint8_t* code, std::size_t size, std::uintptr_t a
     if (!branch_target(dd, at, &t)) return Status::ok;
     if (t <= addr || t >= addr + off) return Status::ok;
     const auto b = static_cast<unsigned>(t - addr);
-    if (b < kJumpLen && (out->boundary_mask & (1u << b)) != 0) {
+    if ((out->boundary_mask & (1u << b)) != 0) {  // b < off <= 8: a bit of the mask
       ++out->inward_branches;
       return Status::ok;
     }

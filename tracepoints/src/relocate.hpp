@@ -16,10 +16,21 @@ inline constexpr std::size_t kMaxCopyLen = 32;
 // boundary_mask, replaced_len: what the entry slot's constraint needs) and refuses what
 // cannot be relocated; the scan decodes the rest of the function for branches into them
 // (most of the work). prepare skips the scan when no entry slot can exist.
+// `prefix` (0..kMaxPrefix) is the number of 0x2E before the jmp opcode: the head then
+// covers >= 5 + prefix bytes and refuses (no_trampoline_space: this prefix cannot shift
+// the rel32) a boundary at offsets 1..prefix, where the prefixes and opcode go.
+inline constexpr unsigned kMaxPrefix = 3;
 Status analyze_head(const std::uint8_t* code, std::size_t size, std::uintptr_t addr,
-                    Analysis* out) noexcept;
+                    Analysis* out, unsigned prefix = 0) noexcept;
 Status analyze_scan(const std::uint8_t* code, std::size_t size, std::uintptr_t addr,
                     Analysis* out) noexcept;
+
+// analyze_head() for the smallest prefix (0 first, then 1..kMaxPrefix) whose jump can
+// have an entry slot (entry_possible_prefixed). *entry_ok false: no prefix can, and *out
+// is the prefix-0 result (the caller refuses no_trampoline_space or falls back to trap
+// mode, exactly as without prefixes). A refusal of the prefix-0 head is returned as is.
+Status choose_head(const std::uint8_t* code, std::size_t size, std::uintptr_t addr,
+                   Analysis* out, bool* entry_ok) noexcept;
 
 // Trap mode: only the first instruction (any length, even a lone `ret`) is relocated; the
 // code keeps its bytes except an int3 on byte 0, so neither the 5-byte minimum nor

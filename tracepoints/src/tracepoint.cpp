@@ -110,13 +110,15 @@ Status Tracepoint::prepare_impl(void* addr, std::size_t size, Handler handler,
   if (trap::redirect_target(a) != 0) return Status::bad_state;
   Analysis an;
   bool trap_mode = false;
-  Status as = detail::analyze_head(code, size, a, &an);
-  if (as == Status::ok && !detail::entry_possible(a, an.boundary_mask)) {
-    // No address can hold the entry slot, so reserve() below would refuse the jump
-    // whatever the scan for branches into the range found: skip the scan (most of the
-    // analysis; 60% of python3's Py* code is in such functions). Without the trap
-    // fallback the refusal reads no_trampoline_space even where the scan would have
-    // found branch_into_range; with it, trap mode as reserve()'s refusal gave.
+  bool entry_ok = false;
+  Status as = detail::choose_head(code, size, a, &an, &entry_ok);
+  if (as == Status::ok && !entry_ok) {
+    // No address can hold the entry slot, for no prefix (choose_head), so reserve() below
+    // would refuse the jump whatever the scan for branches into the range found: skip the
+    // scan (most of the analysis; 60% of python3's Py* code was in such functions before
+    // prefixes, measured then). Without the trap fallback the refusal reads
+    // no_trampoline_space even where the scan would have found branch_into_range; with
+    // it, trap mode as reserve()'s refusal gave.
     if (!trap_fallback) return Status::no_trampoline_space;
     as = Status::branch_into_range;  // -> trap mode below, on the first instruction only
   } else if (as == Status::ok) {
@@ -130,11 +132,16 @@ Status Tracepoint::prepare_impl(void* addr, std::size_t size, Handler handler,
 
   const std::size_t copies_cap = an.count * detail::kMaxCopyLen + enc::kJmpAbsLen;
   const std::size_t reserve_len = kCopiesAt + copies_cap + kProbeBlockMax + kTailMax;
+  // The jump with prefix_len prefixes is, for the pool, the 5-byte jmp at a + prefix_len.
+  const unsigned prefix = an.prefix_len;
+  std::uint8_t rel_mask = 0;
+  if (!trap_mode && !detail::prefixed_mask(an.boundary_mask, prefix, &rel_mask))
+    return Status::no_trampoline_space;  // not reached: choose_head checked it
   detail::Reservation r;
-  Status rs = detail::reserve(a, an.boundary_mask, reserve_len, !trap_mode, &r, ec);
+  Status rs = detail::reserve(a + prefix, rel_mask, reserve_len, !trap_mode, &r, ec);
   if (rs == Status::no_trampoline_space && trap_fallback && !trap_mode) {
     trap_mode = true;
-    rs = detail::reserve(a, an.boundary_mask, reserve_len, false, &r, ec);
+    rs = detail::reserve(a + prefix, rel_mask, reserve_len, false, &r, ec);
   }
   if (rs != Status::ok) return rs;
   std::uint8_t* body = r.body;
@@ -190,19 +197,24 @@ Status Tracepoint::prepare_impl(void* addr, std::size_t size, Handler handler,
 
   // The jump at addr and the bytes it replaces. In trap mode the "jump" is an int3 on
   // byte 0 and the other bytes stay: only boundary 0 exists for install/remove.
-  const std::size_t keep = std::min<std::size_t>(kJumpLen, size);
+  // With prefixes: `2E`*prefix_len, then the jmp, whose rel32 counts from a + span.
+  const std::size_t span = kJumpLen + prefix;
+  static_assert(sizeof t.original_ >= kJumpLen + detail::kMaxPrefix);
+  const std::size_t keep = std::min<std::size_t>(sizeof t.original_, size);
   std::memcpy(t.original_, code, keep);
   if (trap_mode) {
     std::memcpy(t.jump_, t.original_, kJumpLen);
     t.jump_[0] = x86::kInt3;
     an.boundary_mask = 0;
+    an.prefix_len = 0;
   } else {
-    if (!enc::jmp_rel32(t.jump_, a, r.entry)) return Status::no_trampoline_space;
-    for (unsigned b = 1; b < kJumpLen; ++b)
+    std::memset(t.jump_, enc::kCsPrefix, prefix);
+    if (!enc::jmp_rel32(t.jump_ + prefix, a + prefix, r.entry)) return Status::no_trampoline_space;
+    for (unsigned b = 1; b < span; ++b)
       if ((an.boundary_mask & (1u << b)) != 0 && t.jump_[b] != x86::kInt3)
         return Status::no_trampoline_space;  // the pool broke its contract
   }
-  t.span_ = static_cast<std::uint8_t>(trap_mode ? 1 : kJumpLen);
+  t.span_ = static_cast<std::uint8_t>(trap_mode ? 1 : span);
 
   // Redirects: boundary 0 enters like the jump (probe, then copies); boundary i goes to
   // the copy of instruction i. Registered by install(), cleared by remove().
@@ -316,7 +328,8 @@ Status Tracepoint::install_n(std::size_t n, At at, const WaitPolicy& w) noexcept
   }
   // 2.
   (void)wait(w);
-  // 3. The rest of the rel32: unreachable now, every entry into the range is an int3.
+  // 3. The rest of the jump (rel32, and with prefixes the opcode and the later 0x2E):
+  //    unreachable now, every entry into the range is an int3.
   for (std::size_t i = 0; i < n; ++i) {
     Tracepoint& t = at(i);
     auto* code = reinterpret_cast<std::uint8_t*>(t.addr_);
@@ -348,7 +361,7 @@ Status Tracepoint::remove_n(std::size_t n, At at, const WaitPolicy& w) noexcept 
   if (const Status s = check_wait(w); s != Status::ok) return s;
   for (std::size_t i = 0; i < n; ++i)
     if (const Status s = at(i).check_remove(); s != Status::ok) return s;
-  // 1. int3 over the jmp opcode: every boundary is an int3 again.
+  // 1. int3 over byte 0 (jmp opcode or first prefix): every boundary is an int3 again.
   for (std::size_t i = 0; i < n; ++i) x86::store_byte(reinterpret_cast<std::uint8_t*>(at(i).addr_), x86::kInt3);
   (void)wait(w);
   // 2. Original non-boundary bytes (interiors of the replaced instructions).

@@ -232,5 +232,102 @@ TEST(Pool, EntryPossibleAgreesWithReserve) {
   EXPECT_EQ(impossible, 8u);  // the low address, every pattern with byte 4 fixed
 }
 
+// A jump with p 0x2E prefixes has its rel32 at offsets p+1..p+4: the boundaries shift
+// down by p; a boundary on a prefix or the opcode, or past the rel32, has no mask.
+TEST(Prefix, MaskShiftsBoundaries) {
+  std::uint8_t m = 0xFF;
+  ASSERT_TRUE(detail::prefixed_mask(1u << 4, 0, &m));
+  EXPECT_EQ(m, 1u << 4);
+  ASSERT_TRUE(detail::prefixed_mask(1u << 4, 1, &m));
+  EXPECT_EQ(m, 1u << 3);
+  ASSERT_TRUE(detail::prefixed_mask((1u << 4) | (1u << 5) | (1u << 6), 3, &m));
+  EXPECT_EQ(m, (1u << 1) | (1u << 2) | (1u << 3));
+  ASSERT_TRUE(detail::prefixed_mask((1u << 4) | (1u << 7), 3, &m));  // offset 7: rel32 byte 3
+  EXPECT_EQ(m, (1u << 1) | (1u << 4));
+  EXPECT_FALSE(detail::prefixed_mask(1u << 1, 1, &m));                // on the prefix
+  EXPECT_FALSE(detail::prefixed_mask((1u << 2) | (1u << 4), 2, &m));  // on the opcode
+  EXPECT_FALSE(detail::prefixed_mask(1u << 3, 3, &m));
+  EXPECT_FALSE(detail::prefixed_mask(1u << 5, 0, &m));  // past a 5-byte jump
+  EXPECT_FALSE(detail::prefixed_mask(1u << 7, 2, &m));  // past a 7-byte jump
+  EXPECT_FALSE(detail::prefixed_mask(0, 4, &m));        // at most 3 prefixes
+  // Every prefix and every mask: prefixed_mask accepts exactly the boundaries in
+  // p+1..p+4 (kept in bits 1..4 after the shift).
+  for (unsigned p = 0; p <= 3; ++p)
+    for (unsigned full = 0; full < 256; full += 2) {
+      const bool in_rel = (full & ~(0x1Eu << p)) == 0;
+      EXPECT_EQ(detail::prefixed_mask(static_cast<std::uint8_t>(full), p, &m), in_rel) << p << " " << full;
+      if (in_rel) {
+        EXPECT_EQ(unsigned{m} << p, full);
+      }
+    }
+}
+
+// Low in memory (below 832 MiB) a boundary at 4 cannot be served without a prefix, and one
+// prefix serves it; a boundary at 1 cannot take any prefix.
+TEST(Prefix, EntryPossibleLowInMemory) {
+  const std::uintptr_t low = 0x41f000;  // python3.11's non-PIE text
+  EXPECT_FALSE(detail::entry_possible_prefixed(low, 1u << 4, 0));
+  EXPECT_TRUE(detail::entry_possible_prefixed(low, 1u << 4, 1));
+  EXPECT_EQ(detail::entry_possible_prefixed(low, 1u << 4, 0), detail::entry_possible(low, 1u << 4));
+  EXPECT_FALSE(detail::entry_possible_prefixed(low, (1u << 1) | (1u << 4), 1));
+  EXPECT_FALSE(detail::entry_possible_prefixed(low, (1u << 4) | (1u << 5), 1));  // byte 3 again
+  EXPECT_TRUE(detail::entry_possible_prefixed(low, (1u << 4) | (1u << 5), 2));
+}
+
+// reserve() at addr + p with the shifted mask yields, for every prefix and every
+// boundary pattern the prefix admits, a (5+p)-byte jump with 0xCC at every boundary that
+// reaches the entry.
+TEST(Prefix, EveryPrefixedPatternIsSatisfied) {
+  CodeBlock code;
+  ASSERT_EQ(CodeBlock::allocate(4096, nullptr, &code), crossmod::Status::ok);
+  for (unsigned p = 1; p <= 3; ++p) {
+    // One code address per p: with all four rel32 bytes fixed a single entry address
+    // qualifies, and addr+p+5+rel for the same rel would overlap across p.
+    const auto addr = reinterpret_cast<std::uintptr_t>(code.data()) + 0x100 * p;
+    for (unsigned m = 0; m < 16; ++m) {
+      const auto full = static_cast<std::uint8_t>((m << 1) << p);
+      std::uint8_t rel_mask = 0;
+      ASSERT_TRUE(detail::prefixed_mask(full, p, &rel_mask));
+      detail::Reservation r;
+      ASSERT_EQ(detail::reserve(addr + p, rel_mask, 64, true, &r, nullptr), Status::ok)
+          << "p " << p << " mask " << m;
+      std::uint8_t jump[8];
+      std::memset(jump, enc::kCsPrefix, p);
+      ASSERT_TRUE(enc::jmp_rel32(jump + p, addr + p, r.entry));
+      std::int32_t rel;
+      std::memcpy(&rel, jump + p + 1, 4);
+      EXPECT_EQ(addr + 5 + p + static_cast<std::uintptr_t>(static_cast<std::int64_t>(rel)), r.entry);
+      for (unsigned b = 1; b < 5 + p; ++b) {
+        if ((full & (1u << b)) != 0) {
+          EXPECT_EQ(jump[b], 0xCC) << "p " << p << " mask " << m << " byte " << b;
+        } else if (b <= p) {
+          EXPECT_EQ(jump[b], b < p ? enc::kCsPrefix : enc::kJmpRel32);
+        }
+      }
+    }
+  }
+}
+
+// entry_possible_prefixed() agrees with what reserve() at addr + p finds, for every p and
+// every boundary pattern it admits, at a low address (python3.11-like) where p = 0 with
+// rel32 byte 3 fixed is impossible and the same pattern one prefix later is not.
+TEST(Prefix, EntryPossibleAgreesWithReserve) {
+  const std::uintptr_t addr = std::uintptr_t{0x21000000} + 0x345;
+  std::size_t impossible = 0;
+  for (unsigned p = 0; p <= 3; ++p) {
+    for (unsigned m = 0; m < 16; ++m) {
+      const auto full = static_cast<std::uint8_t>((m << 1) << p);
+      std::uint8_t rel_mask = 0;
+      ASSERT_TRUE(detail::prefixed_mask(full, p, &rel_mask));
+      detail::Reservation r;
+      const Status s = detail::reserve(addr + p, rel_mask, 64, true, &r, nullptr);
+      EXPECT_EQ(detail::entry_possible_prefixed(addr, full, p), s == Status::ok)
+          << "p " << p << " mask " << m;
+      impossible += s != Status::ok;
+    }
+  }
+  EXPECT_EQ(impossible, 4u * 8u);  // for each p, the 8 patterns fixing rel32 byte 3
+}
+
 }  // namespace
 }  // namespace crossmod::tp

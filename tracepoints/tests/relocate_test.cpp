@@ -11,6 +11,7 @@
 
 #include "crossmod/elf_functions.hpp"
 #include "crossmod/tracepoint.hpp"
+#include "pool.hpp"
 
 namespace crossmod::tp {
 namespace {
@@ -308,6 +309,105 @@ TEST(Analyze, ScanMatchesFullDecodeOnLoadedCode) {
   EXPECT_GT(inward, 0u);
   std::printf("compared %zu functions: %zu branch_into_range, %zu with inward branches, %zu scans incomplete\n",
               compared, into_range, inward, incomplete);
+}
+
+// choose_head: the smallest number of 0x2E prefixes whose jump can have an entry slot.
+// Pure arithmetic on the address (nothing is mapped): kLow is python3.11's non-PIE text,
+// where a boundary at offset 4 (rel32 byte 3 = 0xCC: about -832 MiB) is impossible.
+constexpr std::uintptr_t kLow = 0x41f000;
+constexpr std::uintptr_t kHigh = 0x7f0000000000;
+
+void expect_same(const Analysis& a, const Analysis& b) {
+  EXPECT_EQ(a.replaced_len, b.replaced_len);
+  EXPECT_EQ(a.count, b.count);
+  EXPECT_EQ(std::memcmp(a.offset, b.offset, sizeof a.offset), 0);
+  EXPECT_EQ(std::memcmp(a.length, b.length, sizeof a.length), 0);
+  EXPECT_EQ(a.boundary_mask, b.boundary_mask);
+  EXPECT_EQ(a.prefix_len, b.prefix_len);
+}
+
+Analysis choose_ok(const Bytes& b, std::uintptr_t at, bool want_entry) {
+  Analysis a;
+  bool entry_ok = false;
+  EXPECT_EQ(detail::choose_head(b.data(), b.size(), at, &a, &entry_ok), Status::ok);
+  EXPECT_EQ(entry_ok, want_entry);
+  return a;
+}
+
+// mov rax, [rdi+0x18]; mov rax, [rax+0x20]; ret (PyFrame_GetCode's shape: boundaries 0, 4)
+const Bytes kTwoLoads = {0x48, 0x8B, 0x47, 0x18, 0x48, 0x8B, 0x40, 0x20, 0xC3};
+
+TEST(ChooseHead, PrefixZeroWhereverItWorks) {
+  const Analysis a = choose_ok(kTwoLoads, kHigh, true);
+  EXPECT_EQ(a.prefix_len, 0);
+  EXPECT_EQ(a.replaced_len, 8);
+  EXPECT_EQ(a.boundary_mask, 1u << 4);
+  // Identical to the prefix-less analysis, field by field.
+  expect_same(a, analyze_ok(kTwoLoads, kHigh));
+  // Low in memory, a boundary at 3 only fixes rel32 byte 2: still prefix 0.
+  // test rdi, rdi; je +5; lea rax, [rdi+1]; ret; xor eax, eax; ret
+  EXPECT_EQ(choose_ok({0x48, 0x85, 0xFF, 0x74, 0x05, 0x48, 0x8D, 0x47, 0x01, 0xC3, 0x31, 0xC0,
+                       0xC3},
+                      kLow, true)
+                .prefix_len,
+            0);
+}
+
+TEST(ChooseHead, OnePrefixMovesTheBoundaryOffTheTopByte) {
+  const Analysis a = choose_ok(kTwoLoads, kLow, true);
+  EXPECT_EQ(a.prefix_len, 1);
+  EXPECT_EQ(a.count, 2);
+  EXPECT_EQ(a.replaced_len, 8);  // >= 6 bytes: both loads
+  EXPECT_EQ(a.boundary_mask, 1u << 4);
+  std::uint8_t rel_mask = 0;
+  ASSERT_TRUE(detail::prefixed_mask(a.boundary_mask, 1, &rel_mask));
+  EXPECT_EQ(rel_mask, 1u << 3);  // rel32 byte 2 (offset 4 = 1 prefix + opcode + 2)
+  // push r15; push r14; xor eax, eax; pop r14; ... (boundaries 2, 4, 6, 8): one prefix
+  // covers 6 bytes, boundaries 2 and 4 fix rel32 bytes 0 and 2.
+  const Analysis b = choose_ok({0x41, 0x57, 0x41, 0x56, 0x31, 0xC0, 0x41, 0x5E, 0x41, 0x5F, 0xC3},
+                               kLow, true);
+  EXPECT_EQ(b.prefix_len, 1);
+  EXPECT_EQ(b.replaced_len, 6);
+  EXPECT_EQ(b.boundary_mask, (1u << 2) | (1u << 4));
+}
+
+TEST(ChooseHead, TwoAndThreePrefixes) {
+  // mov rax, [rdi+0x18]; push rax; mov rax, rax; ... (boundaries 4, 5): one prefix still
+  // fixes rel32 byte 3 (offset 5); two fix bytes 1 and 2.
+  const Analysis a =
+      choose_ok({0x48, 0x8B, 0x47, 0x18, 0x50, 0x48, 0x89, 0xC0, 0x58, 0xC3}, kLow, true);
+  EXPECT_EQ(a.prefix_len, 2);
+  EXPECT_EQ(a.replaced_len, 8);
+  EXPECT_EQ(a.boundary_mask, (1u << 4) | (1u << 5));
+  // Boundaries 4, 5, 6: three prefixes (rel32 bytes 0, 1, 2).
+  const Analysis b =
+      choose_ok({0x48, 0x8B, 0x47, 0x18, 0x50, 0x51, 0x48, 0x89, 0xC0, 0x59, 0x58, 0xC3}, kLow,
+                true);
+  EXPECT_EQ(b.prefix_len, 3);
+  EXPECT_EQ(b.count, 4);
+  EXPECT_EQ(b.replaced_len, 9);
+  EXPECT_EQ(b.boundary_mask, (1u << 4) | (1u << 5) | (1u << 6));
+}
+
+TEST(ChooseHead, NoPrefixHelpsKeepsThePrefixZeroAnalysis) {
+  // push rbx; mov rax, rdi; xor ebx, ebx; pop rbx; ret (boundaries 1, 4): byte 1 would be
+  // a prefix or the opcode.
+  const Bytes boundary1 = {0x53, 0x48, 0x89, 0xF8, 0x31, 0xDB, 0x5B, 0xC3};
+  const Analysis a = choose_ok(boundary1, kLow, false);
+  expect_same(a, analyze_ok(boundary1, kLow));
+  EXPECT_EQ(a.prefix_len, 0);
+  Analysis longer;
+  EXPECT_EQ(detail::analyze_head(boundary1.data(), boundary1.size(), kLow, &longer, 1),
+            Status::no_trampoline_space);
+  // mov rax, [rdi+0x18]; ret: the function ends before 6 bytes, no longer jump fits.
+  const Bytes five = {0x48, 0x8B, 0x47, 0x18, 0xC3};
+  EXPECT_EQ(choose_ok(five, kLow, false).replaced_len, 5);
+  EXPECT_EQ(detail::analyze_head(five.data(), five.size(), kLow, &longer, 1), Status::too_short);
+  // A refusal of the prefix-0 head is returned as is.
+  bool entry_ok = true;
+  Analysis c;
+  EXPECT_EQ(detail::choose_head(five.data(), 4, kLow, &c, &entry_ok), Status::too_short);
+  EXPECT_FALSE(entry_ok);
 }
 
 }  // namespace

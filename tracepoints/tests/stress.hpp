@@ -37,10 +37,15 @@ inline void stress_probe(void*) noexcept { g_stress_hits.fetch_add(1, std::memor
 
 inline StressResult run_stress(std::uint64_t cycles, unsigned executors, bool batched) {
   TestCode code;
-  // The last one is too short for a jump: a trap-mode tracepoint.
-  const TestFn* fns[] = {&code.sum(), &code.plus(), &code.call(), &code.jcc(), &code.shortfn()};
-  std::vector<Tracepoint> tps(5);
-  for (std::size_t i = 0; i < 5; ++i) {
+  LowCode low;
+  if (!low.ok()) return {};
+  // shortfn is too short for a jump: a trap-mode tracepoint. sum4 lies below 816 MiB: a
+  // 6-byte 0x2E-prefixed jump, with the loop's back edge on its 0xCC.
+  const TestFn* fns[] = {&code.sum(), &code.plus(), &code.call(), &code.jcc(), &code.shortfn(),
+                         &low.sum4()};
+  constexpr std::size_t kN = sizeof fns / sizeof fns[0];
+  std::vector<Tracepoint> tps(kN);
+  for (std::size_t i = 0; i < kN; ++i) {
     const Status s = Tracepoint::prepare(fns[i]->addr, fns[i]->size, stress_probe, nullptr, &tps[i],
                                          nullptr, /*trap_fallback=*/true);
     EXPECT_EQ(s, Status::ok) << i << " " << to_string(s);
@@ -53,7 +58,7 @@ inline StressResult run_stress(std::uint64_t cycles, unsigned executors, bool ba
     threads.emplace_back([&, t] {
       std::uint64_t n = t, local_calls = 0, local_wrong = 0;
       const Fn2 sum = code.sum().fn(), plus = code.plus().fn(), call = code.call().fn(),
-                jcc = code.jcc().fn(), inc32 = code.shortfn().fn();
+                jcc = code.jcc().fn(), inc32 = code.shortfn().fn(), sum4 = low.sum4().fn();
       while (!stop.load(std::memory_order_relaxed)) {
         n = (n + 1) & 7;
         const std::uint64_t k = n + 1;
@@ -63,6 +68,10 @@ inline StressResult run_stress(std::uint64_t cycles, unsigned executors, bool ba
         local_wrong += jcc(n, 0) != (n == 0 ? 0 : n + 1);
         local_wrong += inc32(n, 0) != n + 1;
         local_calls += 5;
+        if (n == 1) {  // one back edge (one trap) per 8 rounds: the others stay hot
+          local_wrong += sum4(k, 0) != TestCode::sum_oracle(k);
+          ++local_calls;
+        }
       }
       wrong.fetch_add(local_wrong);
       calls.fetch_add(local_calls);

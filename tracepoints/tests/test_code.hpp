@@ -3,6 +3,7 @@
 // 64-bit mode) so that a wrong jump faults instead of running garbage.
 #pragma once
 #include <gtest/gtest.h>
+#include <sys/mman.h>
 
 #include <cstdint>
 #include <cstring>
@@ -117,6 +118,61 @@ class TestCode {
   }
   CodeBlock block_;
   TestFn sum_, plus_, call_, jcc_, below_, xmm_, short_;
+};
+
+// A page below 816 MiB (mmap MAP_FIXED_NOREPLACE, first free 1 MiB step from 256 MiB), or
+// nullptr. There a boundary at offset 4 would need a rel32 below address 0: the 5-byte
+// jump is impossible and a tracepoint needs a 0x2E-prefixed jump.
+inline std::uint8_t* map_low(int prot) {
+  for (std::uintptr_t at = 0x10000000; at < 0x30000000; at += 0x100000) {
+    void* m = mmap(reinterpret_cast<void*>(at), 4096, prot,
+                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0);
+    if (m == reinterpret_cast<void*>(at)) return static_cast<std::uint8_t*>(m);
+    if (m != MAP_FAILED) munmap(m, 4096);
+  }
+  return nullptr;
+}
+
+// Hand-assembled functions in a writable low page (map_low): their tracepoints take one
+// 0x2E prefix. The rest of the page is 0x0E (#UD).
+class LowCode {
+ public:
+  LowCode() {
+    page_ = map_low(PROT_READ | PROT_WRITE | PROT_EXEC);
+    if (page_ == nullptr) {
+      ADD_FAILURE() << "no free page below 816 MiB";
+      return;
+    }
+    std::memset(page_, x86::kInvalid64, 4096);
+    // sum4(n) = n + ... + 1 for n >= 1, the loop head on offset 4 (a replaced boundary,
+    // rel32 byte 2 of `2E E9 r0 r1 CC r3`): each iteration after the first traps.
+    //   0: 48 83 E0 00   and rax, 0
+    //   4: 48 01 F8      add rax, rdi    <- loop head
+    //   7: 48 FF CF      dec rdi
+    //  10: 75 F8         jnz 4
+    //  12: C3            ret
+    sum4_ = put(page_ + 0x200, {0x48, 0x83, 0xE0, 0x00, 0x48, 0x01, 0xF8, 0x48, 0xFF, 0xCF, 0x75,
+                                0xF8, 0xC3});
+    EXPECT_EQ(WritableRange::make(page_, 4096, &range_), crossmod::Status::ok);
+  }
+  ~LowCode() {
+    (void)range_.restore();
+    if (page_ != nullptr) munmap(page_, 4096);
+  }
+  LowCode(const LowCode&) = delete;
+  LowCode& operator=(const LowCode&) = delete;
+
+  bool ok() const { return page_ != nullptr; }
+  const TestFn& sum4() const { return sum4_; }
+
+ private:
+  static TestFn put(std::uint8_t* at, std::initializer_list<std::uint8_t> bytes) {
+    std::memcpy(at, bytes.begin(), bytes.size());
+    return TestFn{at, at, bytes.size()};
+  }
+  std::uint8_t* page_ = nullptr;
+  WritableRange range_;
+  TestFn sum4_;
 };
 
 }  // namespace crossmod::tp::test

@@ -8,11 +8,14 @@
 #include <sys/mman.h>
 
 #include <atomic>
+#include <thread>
 #include <cstdio>
 #include <cstring>
 #include <vector>
 
+#include "crossmod/code_memory.hpp"
 #include "crossmod/trap.hpp"
+#include "encoding.hpp"
 #include "pool.hpp"
 #include "stress.hpp"
 #include "test_code.hpp"
@@ -239,42 +242,159 @@ TEST(Tracepoint, BadSequencesAreRefused) {
   EXPECT_EQ(Tracepoint::prepare(code.jcc().addr, 3, count_hit, nullptr, &t), Status::too_short);
 }
 
-// Code where no entry slot can exist: below 816 MiB with a boundary at byte 4, the rel32
-// would point below address 0 (python3.11's non-PIE text at 4 MiB, 359 of its Py*
-// functions). prepare skips the branch scan: no_trampoline_space without the trap
-// fallback, trap mode with it; the same bytes high in memory get their jump.
+// Code where no entry slot can exist: below 816 MiB with boundaries at bytes 1 and 4, the
+// rel32 would point below address 0 and no 0x2E prefix can shift it (byte 1 would be a
+// prefix or the opcode). prepare skips the branch scan: no_trampoline_space without the
+// trap fallback, trap mode with it; the same bytes high in memory get their jump.
 TEST(Tracepoint, NoEntrySlotPossibleLowInMemory) {
-  // push r15; push r14; xor eax, eax; pop r14; pop r15; ret (boundaries at 2 and 4)
-  static const std::uint8_t kFn[] = {0x41, 0x57, 0x41, 0x56, 0x31, 0xC0,
-                                     0x41, 0x5E, 0x41, 0x5F, 0xC3};
-  constexpr std::uint8_t kMask = (1u << 2) | (1u << 4);
-  std::uint8_t* low = nullptr;
-  for (std::uintptr_t at : {0x20000000ul, 0x10000000ul, 0x28000000ul, 0x08000000ul, 0x02000000ul}) {
-    void* m = mmap(reinterpret_cast<void*>(at), 4096, PROT_READ | PROT_WRITE,
-                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0);
-    if (m == reinterpret_cast<void*>(at)) {
-      low = static_cast<std::uint8_t*>(m);
-      break;
-    }
-    if (m != MAP_FAILED) munmap(m, 4096);
-  }
+  // push rbx; mov rax, rdi; xor ebx, ebx; pop rbx; ret (boundaries at 1 and 4)
+  static const std::uint8_t kFn[] = {0x53, 0x48, 0x89, 0xF8, 0x31, 0xDB, 0x5B, 0xC3};
+  constexpr std::uint8_t kMask = (1u << 1) | (1u << 4);
+  std::uint8_t* low = test::map_low(PROT_READ | PROT_WRITE);
   ASSERT_NE(low, nullptr);
   std::memcpy(low, kFn, sizeof kFn);
   const auto low_at = reinterpret_cast<std::uintptr_t>(low);
   EXPECT_FALSE(detail::entry_possible(low_at, kMask));
-  EXPECT_TRUE(detail::entry_possible(low_at, 1u << 2));  // byte 1 only: slots every 64 KiB
+  EXPECT_TRUE(detail::entry_possible(low_at, 1u << 1));  // byte 0 only: a slot every 256 B
+  for (unsigned p = 1; p <= 3; ++p) EXPECT_FALSE(detail::entry_possible_prefixed(low_at, kMask, p));
   Tracepoint t;
   EXPECT_EQ(Tracepoint::prepare(low, sizeof kFn, count_hit, nullptr, &t), Status::no_trampoline_space);
   Tracepoint trap;
   ASSERT_EQ(Tracepoint::prepare(low, sizeof kFn, count_hit, nullptr, &trap, nullptr, true), Status::ok);
   EXPECT_TRUE(trap.trap_mode());
+  EXPECT_EQ(trap.analysis().prefix_len, 0);
+  EXPECT_EQ(trap.jump_len(), 1u);
   const auto high_at = reinterpret_cast<std::uintptr_t>(kFn);
   ASSERT_GT(high_at, std::uintptr_t{1} << 32);  // PIE test binary
   EXPECT_TRUE(detail::entry_possible(high_at, kMask));
   Tracepoint jump;
   ASSERT_EQ(Tracepoint::prepare(const_cast<std::uint8_t*>(kFn), sizeof kFn, count_hit, nullptr, &jump), Status::ok);
   EXPECT_FALSE(jump.trap_mode());
+  EXPECT_EQ(jump.analysis().prefix_len, 0);
   munmap(low, 4096);  // never installed: nothing points into it
+}
+
+// Functions whose first instruction is 4 bytes, copied below 816 MiB: the 5-byte jump
+// would need rel32 byte 3 = 0xCC (impossible there), so the jump gets one 0x2E prefix:
+// `2E E9 r0 r1 CC r3` with the boundary at offset 4 on rel32 byte 2. Installed, called
+// from another thread (probe fired, result right, the loop's back edge into offset 4
+// trapped and redirected), removed (original bytes back, no more probe).
+TEST(Tracepoint, PrefixedJumpLowInMemory) {
+  std::uint8_t* low = test::map_low(PROT_READ | PROT_WRITE | PROT_EXEC);
+  ASSERT_NE(low, nullptr);
+  std::memset(low, x86::kInvalid64, 4096);
+  // load2(p) = p->[0x18]->[0x20]: mov rax, [rdi+0x18]; mov rax, [rax+0x20]; ret
+  static const std::uint8_t kLoad2[] = {0x48, 0x8B, 0x47, 0x18, 0x48, 0x8B, 0x40, 0x20, 0xC3};
+  // sum(n) = n + ... + 1, the loop head at offset 4 (a replaced boundary):
+  //   0: 48 83 E0 00   and rax, 0
+  //   4: 48 01 F8      add rax, rdi    <- loop head
+  //   7: 48 FF CF      dec rdi
+  //  10: 75 F8         jnz 4
+  //  12: C3            ret
+  static const std::uint8_t kSum[] = {0x48, 0x83, 0xE0, 0x00, 0x48, 0x01, 0xF8,
+                                      0x48, 0xFF, 0xCF, 0x75, 0xF8, 0xC3};
+  std::uint8_t* load2 = low + 0x100;
+  std::uint8_t* sum = low + 0x200;
+  std::memcpy(load2, kLoad2, sizeof kLoad2);
+  std::memcpy(sum, kSum, sizeof kSum);
+  WritableRange wr;
+  ASSERT_EQ(WritableRange::make(low, 4096, &wr), crossmod::Status::ok);
+  EXPECT_FALSE(detail::entry_possible(reinterpret_cast<std::uintptr_t>(load2), 1u << 4));
+
+  std::atomic<std::uint64_t> hits_load{0}, hits_sum{0};
+  Tracepoint tl, ts;
+  ASSERT_EQ(Tracepoint::prepare(load2, sizeof kLoad2, count_hit, &hits_load, &tl), Status::ok);
+  ASSERT_EQ(Tracepoint::prepare(sum, sizeof kSum, count_hit, &hits_sum, &ts), Status::ok);
+  for (const Tracepoint* t : {&tl, &ts}) {
+    EXPECT_FALSE(t->trap_mode());
+    EXPECT_EQ(t->analysis().prefix_len, 1);
+    EXPECT_EQ(t->analysis().boundary_mask, 1u << 4);
+    EXPECT_EQ(t->jump_len(), 6u);
+  }
+  EXPECT_EQ(ts.analysis().inward_branches, 1u);
+
+  std::uint64_t inner[8] = {};
+  std::uint64_t outer[8] = {};
+  inner[0x20 / 8] = 4242;
+  outer[0x18 / 8] = reinterpret_cast<std::uint64_t>(inner);
+  using Fn1 = std::uint64_t (*)(void*);
+  using FnN = std::uint64_t (*)(std::uint64_t);
+  const auto fl = reinterpret_cast<Fn1>(load2);
+  const auto fs = reinterpret_cast<FnN>(sum);
+  ASSERT_EQ(fl(outer), 4242u);
+  ASSERT_EQ(fs(10), 55u);
+
+  Tracepoint* both[] = {&tl, &ts};
+  ASSERT_EQ(Tracepoint::install_all(std::span<Tracepoint* const>(both), test_wait()), Status::ok);
+  for (const Tracepoint* t : both) {
+    const auto* c = reinterpret_cast<const std::uint8_t*>(t->address());
+    EXPECT_EQ(std::memcmp(c, t->jump_bytes(), 6), 0);
+    EXPECT_EQ(c[0], 0x2E);
+    EXPECT_EQ(c[1], 0xE9);
+    EXPECT_EQ(c[4], 0xCC);  // offset 4: the second instruction's boundary
+    std::int32_t rel;
+    std::memcpy(&rel, c + 2, 4);
+    EXPECT_EQ(t->address() + 6 + static_cast<std::uintptr_t>(static_cast<std::int64_t>(rel)),
+              t->entry());
+  }
+  // Bytes 6, 7 (the rest of the second replaced instruction) are left as they were.
+  EXPECT_EQ(load2[6], 0x40);
+  EXPECT_EQ(load2[7], 0x20);
+
+  const std::uint64_t redirects_before = trap::redirect_stats().redirected;
+  std::uint64_t rl = 0, rs = 0;
+  std::thread th([&] {
+    for (int i = 0; i < 10; ++i) rl += fl(outer);
+    rs = fs(100);
+  });
+  th.join();
+  EXPECT_EQ(rl, 42420u);
+  EXPECT_EQ(rs, 5050u);
+  EXPECT_EQ(hits_load.load(), 10u);
+  EXPECT_EQ(hits_sum.load(), 1u);
+  EXPECT_GE(trap::redirect_stats().redirected - redirects_before, 99u);  // the back edge, 99 times
+
+  ASSERT_EQ(Tracepoint::remove_all(std::span<Tracepoint* const>(both), test_wait()), Status::ok);
+  EXPECT_EQ(std::memcmp(load2, kLoad2, sizeof kLoad2), 0);
+  EXPECT_EQ(std::memcmp(sum, kSum, sizeof kSum), 0);
+  EXPECT_EQ(fl(outer), 4242u);
+  EXPECT_EQ(fs(7), 28u);
+  EXPECT_EQ(hits_load.load(), 10u);
+  EXPECT_EQ(hits_sum.load(), 1u);
+  // Reinstall, then remove again: the same bytes each way.
+  ASSERT_EQ(tl.install(test_wait()), Status::ok);
+  EXPECT_EQ(std::memcmp(load2, tl.jump_bytes(), 6), 0);
+  EXPECT_EQ(fl(outer), 4242u);
+  EXPECT_EQ(hits_load.load(), 11u);
+  ASSERT_EQ(tl.remove(test_wait()), Status::ok);
+  EXPECT_EQ(std::memcmp(load2, kLoad2, sizeof kLoad2), 0);
+  (void)wr.restore();
+  munmap(low, 4096);  // removed and every call returned: nothing runs in it any more
+}
+
+// Where the 5-byte jump works, it is exactly what it was before prefixes existed: E9 and
+// the rel32 to the entry from address+5, 0xCC at each boundary, nothing written past
+// byte 4 (the hand-assembled functions lie high in memory).
+TEST(Tracepoint, UnprefixedJumpIsTheOldJump) {
+  TestCode code;
+  for (const TestFn* f : {&code.sum(), &code.plus(), &code.call(), &code.jcc(), &code.below(),
+                          &code.xmm()}) {
+    std::uint8_t before[16];
+    std::memcpy(before, f->addr, sizeof before);
+    Tracepoint t;
+    ASSERT_EQ(Tracepoint::prepare(f->addr, f->size, count_hit, nullptr, &t), Status::ok);
+    EXPECT_EQ(t.analysis().prefix_len, 0);
+    EXPECT_EQ(t.jump_len(), 5u);
+    std::uint8_t want[5];
+    ASSERT_TRUE(enc::jmp_rel32(want, t.address(), t.entry()));
+    EXPECT_EQ(std::memcmp(t.jump_bytes(), want, 5), 0);
+    ASSERT_EQ(t.install(test_wait()), Status::ok);
+    EXPECT_EQ(std::memcmp(f->addr, want, 5), 0);
+    EXPECT_EQ(std::memcmp(f->addr + 5, before + 5, sizeof before - 5), 0);
+    expect_jump_bytes(t);
+    ASSERT_EQ(t.remove(test_wait()), Status::ok);
+    EXPECT_EQ(std::memcmp(f->addr, before, sizeof before), 0);
+  }
 }
 
 TEST(Tracepoint, CodeOutsideWritableRangeIsRefused) {

@@ -175,12 +175,15 @@ __attribute__((destructor)) void trace_report() {
   });
   std::uint64_t total = 0;
   for (std::uint64_t v : c) total += v;
-  std::size_t traps = 0;
-  for (const Tracepoint& tp : t->tps) traps += tp.trap_mode();
+  std::size_t traps = 0, prefixed = 0;
+  for (const Tracepoint& tp : t->tps) {
+    traps += tp.trap_mode();
+    prefixed += tp.jump_len() > 5;
+  }
   std::fprintf(out,
-               "# crossmod-trace: %zu functions traced (%zu jump, %zu trap-mode), %zu refused, "
-               "%llu calls%s\n",
-               t->fns.size(), t->fns.size() - traps, traps, t->refused.size(),
+               "# crossmod-trace: %zu functions traced (%zu jump of which %zu prefixed, %zu "
+               "trap-mode), %zu refused, %llu calls%s\n",
+               t->fns.size(), t->fns.size() - traps, prefixed, traps, t->refused.size(),
                static_cast<unsigned long long>(total), t->active ? "" : " (NOT installed)");
   const crossmod::tp::PoolStats ps = crossmod::tp::pool_stats();
   std::fprintf(out,

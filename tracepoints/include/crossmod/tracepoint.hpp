@@ -41,13 +41,24 @@ enum class [[nodiscard]] Status : std::uint8_t{
 const char* to_string(Status s) noexcept;
 
 // Result of decoding the start of a function (relocate.cpp; no side effects).
+// The jump is `2E`*prefix_len + `E9 rel32` (5 + prefix_len bytes). 0x2E is the CS segment
+// override, which 64-bit mode ignores (SDM Vol 1 3.3.7.1); SDM Vol 2A 2.1.1 calls its use
+// with branches "reserved", but it is what GNU as pads branches with
+// (-malign-branch-prefix-size) and what Linux builds with (-mindirect-branch-cs-prefix):
+// observed ignored, not architecturally guaranteed. The prefixes shift the rel32 so that
+// a boundary that would fix its most significant byte (offset 4: rel32 about -832 MiB,
+// below address 0 for a non-PIE executable) fixes a lower byte instead.
+// No boundary may sit on a prefix or the opcode (offsets 1..prefix_len), so at most five
+// instructions are replaced whatever the prefix (0, and one per rel32 byte).
 struct Analysis {
-  std::uint8_t replaced_len = 0;  // bytes of whole instructions covered, >= 5
+  std::uint8_t replaced_len = 0;  // bytes of whole instructions covered, >= 5 + prefix_len
   std::uint8_t count = 0;         // number of replaced instructions (1..5)
-  std::uint8_t offset[5] = {};    // start offset of each replaced instruction
+  std::uint8_t offset[5] = {};    // start offset of each replaced instruction (0..7)
   std::uint8_t length[5] = {};
-  // Bit b (1..4) set: an instruction starts at offset b, so rel32 byte b-1 must be 0xCC.
+  // Bit b (1..7) set: an instruction starts at offset b, so rel32 byte b-1-prefix_len
+  // must be 0xCC. With prefix_len 0 only bits 1..4 can be set.
   std::uint8_t boundary_mask = 0;
+  std::uint8_t prefix_len = 0;  // 0..3 redundant 0x2E before the jmp opcode
   // Branches found in the rest of the function that land on a replaced boundary other
   // than offset 0: each execution of them traps and is redirected (slow path, correct).
   std::uint32_t inward_branches = 0;
@@ -105,7 +116,12 @@ class Tracepoint {
   // only an int3 on byte 0, redirected to the same trampoline (one signal per hit, so
   // ~100x slower per call, but any instruction the relocator handles qualifies). Used for
   // too_short and branch_into_range, and for no_trampoline_space (e.g. code of a non-PIE
-  // executable below 2 GiB, where a boundary at offset 4 needs a rel32 of -0x33xxxxxx).
+  // executable below 816 MiB, where a boundary at offset 4 needs a rel32 of -0x33xxxxxx,
+  // when no 0x2E-prefixed jump helps either: a boundary at offset 1, see Analysis).
+  //
+  // The jump is the 5-byte `E9 rel32` whenever an entry slot can exist for it (the same
+  // bytes as before prefixes existed); else the shortest `2E`*p `E9 rel32` (p = 1..3)
+  // that can have one (analysis().prefix_len, jump_len()).
   static Status prepare(void* addr, std::size_t size, Handler handler, void* user, Tracepoint* out,
                         std::error_code* ec = nullptr, bool trap_fallback = false) noexcept;
   // prepare() with a probe that also receives the stack pointer (SpHandler).
@@ -118,9 +134,11 @@ class Tracepoint {
   //   1. int3 on every replaced boundary (byte 0 and the 0xCC rel32 bytes, which already
   //      hold their final value); the redirects were registered at prepare();
   //   2. wait (no core may still run an old instruction fetched before step 1);
-  //   3. write the other rel32 bytes, which no thread can reach: every way in is an int3;
+  //   3. write the other bytes of the jump (rel32 bytes not fixed to 0xCC; with a prefix
+  //      also the jmp opcode and the prefixes after the first), which no thread can
+  //      reach: every way in is an int3;
   //   4. wait;
-  //   5. write the jmp opcode over the int3 at byte 0.
+  //   5. write byte 0 (the jmp opcode, or the first 0x2E prefix) over its int3.
   // `wait` is the engine's WaitPolicy: Tmax ticks or membarrier SYNC_CORE.
   Status install(const WaitPolicy& wait) noexcept;
   // Puts the original bytes back: the reverse (int3 at byte 0, wait, original non-boundary
@@ -149,19 +167,21 @@ class Tracepoint {
   const Analysis& analysis() const noexcept { return analysis_; }
   std::uintptr_t entry() const noexcept { return entry_; }  // the jump's target (0: trap mode)
   std::uintptr_t body() const noexcept { return reinterpret_cast<std::uintptr_t>(body_); }
+  // The bytes install() writes at address(): jump_len() of them (5..8; 1 in trap mode).
   const std::uint8_t* jump_bytes() const noexcept { return jump_; }
+  std::size_t jump_len() const noexcept { return span_; }
 
  private:
   std::uintptr_t addr_ = 0;
   Analysis analysis_{};
   std::uint8_t original_[8] = {};
-  std::uint8_t jump_[5] = {};
+  std::uint8_t jump_[8] = {};  // span_ bytes: prefixes, E9, rel32 (or int3 + original)
   std::uintptr_t entry_ = 0;
   std::uint8_t* body_ = nullptr;        // toggle slot at body_[0]
   std::uint8_t toggle_on_[5] = {};      // jmp to the probe block
   std::uint8_t toggle_off_[5] = {};     // jmp to the first copied instruction
   std::uintptr_t redirect_to_[5] = {};  // trap redirect target of each replaced boundary
-  std::uint8_t span_ = 5;               // bytes of code written: 5 (jump) or 1 (trap mode)
+  std::uint8_t span_ = 5;  // bytes of code written: 5 + prefix_len (jump) or 1 (trap mode)
   bool installed_ = false;
 
   static Status prepare_impl(void* addr, std::size_t size, Handler handler, SpHandler sp_handler,
