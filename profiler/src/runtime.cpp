@@ -329,6 +329,8 @@ bool switch_on(FuncRecord& f, FnState from) noexcept {
   if (entry != cp::kNoProbe) check(cp::activate(entry, on_entry));
   const std::uint64_t t1 = rdtsc();
   A(f.on_since).store(t1, std::memory_order_relaxed);
+  // The window starts after the patching: the threads' probe time read now (one pass over
+  // the threads, beside the activation's own waits), not at the walk's start.
   extrapolate(f, t1);
   open_window(f, t1, instr_sum());
   const std::uint64_t n = (entry != cp::kNoProbe ? 1u : 0u) + (exit != cp::kNoProbe ? 1u : 0u);
@@ -652,6 +654,12 @@ void on_found_impl(const cp::ProbeInfo& p) {
   if (p.kind == cp::Kind::entry) {
     std::uint64_t zero = 0;
     A(f.on_since).compare_exchange_strong(zero, g_hdr->start_tsc, std::memory_order_relaxed);
+    // Its first call-rate window too: every call and all probe time since the start.
+    if (A(f.win_start).load(std::memory_order_relaxed) == 0 && A(f.est_until).load(std::memory_order_relaxed) == 0) {
+      A(f.win_start).store(g_hdr->start_tsc, std::memory_order_relaxed);
+      A(f.win_calls0).store(0, std::memory_order_relaxed);
+      A(f.win_instr0).store(0, std::memory_order_relaxed);
+    }
   }
   if (!p.active) {
     add(f.toggles, 1);
@@ -1039,7 +1047,17 @@ void* daemon_main(void*) {
     std::uint64_t active = 0;
     std::uint64_t resume = rotate;
     bool spent = false;
-    const std::uint64_t walk_instr = epoch ? instr_sum() : 0;
+    // The threads' accounted probe time for the call-rate windows the walk cuts: one pass
+    // over the threads serves the next 2,000 ticks (a snapshot older than the cut counts
+    // probe time from before it into the next window).
+    std::uint64_t walk_instr = 0, walk_instr_tsc = 0;
+    const auto fresh_instr = [&]() noexcept {
+      if (rdtsc() - walk_instr_tsc > 2000) {
+        walk_instr = instr_sum();
+        walk_instr_tsc = rdtsc();
+      }
+      return walk_instr;
+    };
     for (std::uint64_t j = 0; j < nf; ++j) {
       const std::uint64_t i = (rotate + j) % nf;
       FuncRecord& f = g_funcs[i];
@@ -1052,14 +1070,15 @@ void* daemon_main(void*) {
       bool toggled = false;
       if (epoch) {
         fold(f);
-        // Still on with a window: cut it here (its calls counted, its rate kept), so that
-        // one window never spans more than an epoch.
+        // Still on with a window: cut it here (its calls counted, its rate the latest), so
+        // that one window never spans more than an epoch.
         if (A(f.win_start).load(std::memory_order_relaxed) != 0 && try_toggle_lock(f)) {
           if (A(f.state).load(std::memory_order_relaxed) == static_cast<std::uint64_t>(FnState::on) &&
               A(f.win_start).load(std::memory_order_relaxed) != 0) {
+            const std::uint64_t instr = fresh_instr();
             const std::uint64_t now = rdtsc();
-            close_window(f, now, walk_instr, false);
-            open_window(f, now, walk_instr);
+            close_window(f, now, instr, false);
+            open_window(f, now, instr);
           }
           toggle_unlock(f);
         }
