@@ -244,11 +244,9 @@ void open_window(FuncRecord& f, std::uint64_t now, std::uint64_t instr) noexcept
   A(f.win_instr0).store(instr, std::memory_order_relaxed);
 }
 
-// Counts the window's calls into est_calls and, from its length minus the probe time
-// inside it (the threads' accounted time over the CPUs they share), sets the call rate of
-// the program without instrumentation, for the stretch that follows. `at_call`: the window
-// ended at one of its calls (a switch-off by a hit), so n - 1 calls over its length is the
-// unbiased rate (the window did not start at a call: the switch-on's time is the daemon's).
+// Counts the window's calls into est_calls and sets the call rate of the program without
+// instrumentation for the stretch that follows (window_rate; the probe time inside it is
+// the threads' accounted time over the CPUs they share). `at_call`: a switch-off by a hit.
 void close_window(FuncRecord& f, std::uint64_t now, std::uint64_t instr, bool at_call) noexcept {
   const std::uint64_t start = A(f.win_start).load(std::memory_order_relaxed);
   if (start == 0 || now <= start) return;
@@ -260,10 +258,9 @@ void close_window(FuncRecord& f, std::uint64_t now, std::uint64_t instr, bool at
   const double nrun = static_cast<double>(std::max<std::uint64_t>(
       1, std::min<std::uint64_t>(A(g_hdr->nthreads).load(std::memory_order_relaxed), g_ncpus)));
   const double probes = instr > i0 ? static_cast<double>(instr - i0) / nrun : 0.0;
-  const double bare = std::max(len - probes, len / 64);  // the accounting can overshoot a little
   A(f.est_calls).store(A(f.est_calls).load(std::memory_order_relaxed) + n, std::memory_order_relaxed);
   A(f.est_until).store(now, std::memory_order_relaxed);
-  A(f.off_rate).store((at_call && n >= 2 ? n - 1 : n) / bare, std::memory_order_relaxed);
+  A(f.off_rate).store(window_rate(n, len, probes, at_call), std::memory_order_relaxed);
   A(f.win_start).store(0, std::memory_order_relaxed);
 }
 
@@ -1102,11 +1099,7 @@ void* daemon_main(void*) {
     rotate = spent ? resume : 0;
     if (period) {
       // Timeline: instrumentation time of all threads in the period just ended.
-      std::uint64_t instr = 0;
-      const std::uint64_t nt = std::min<std::uint64_t>(A(g_hdr->nthreads).load(std::memory_order_relaxed),
-                                                       g_cfg.max_threads);
-      for (std::uint64_t i = 0; i < nt; ++i) instr += A(g_threads[i].instr_ticks).load(std::memory_order_relaxed);
-      instr += A(g_hdr->daemon_instr_ticks).load(std::memory_order_relaxed);
+      const std::uint64_t instr = instr_sum() + A(g_hdr->daemon_instr_ticks).load(std::memory_order_relaxed);
       const std::uint64_t now = rdtsc();
       const std::uint64_t k = A(g_hdr->ntimeline).load(std::memory_order_relaxed);
       if (k < g_cfg.timeline_cap) {

@@ -90,6 +90,30 @@ TEST(ProfileStats, MeanEstimateTakesTheUnfoldedTailAsABatch) {
   EXPECT_EQ(none.n, 0u);
 }
 
+// calls_estimate / window_rate (FuncRecord::win_start) on hand-made records.
+TEST(ProfileStats, CallsEstimateAddsTheTail) {
+  FuncRecord f{};
+  f.calls = 30;
+  EXPECT_EQ(calls_estimate(f, 5000), 30.0);  // never switched off: what was observed
+  f.offs = 2;
+  f.est_calls = 100;
+  f.est_until = 1000;
+  f.off_rate = 0.5;
+  EXPECT_EQ(calls_estimate(f, 1200), 200.0);  // off since 1000: 200 ticks at 0.5
+  f.win_start = 1100;
+  f.win_calls0 = 22;
+  EXPECT_EQ(calls_estimate(f, 1200), 108.0);  // on since 1100: its 8 calls, no rate
+  f.est_calls = 1;
+  EXPECT_EQ(calls_estimate(f, 1200), 30.0);  // never below the calls observed
+}
+
+TEST(ProfileStats, WindowRateTakesOffTheProbes) {
+  EXPECT_EQ(window_rate(10, 1000, 500, false), 10.0 / 500);
+  EXPECT_EQ(window_rate(10, 1000, 500, true), 9.0 / 500);  // ended at its 10th call
+  EXPECT_EQ(window_rate(1, 1000, 0, true), 1.0 / 1000);
+  EXPECT_EQ(window_rate(10, 640, 5000, false), 10.0 / 10);  // overshoot: 1/64 of the window
+}
+
 TEST(ProfileStats, HistogramBucketsCoverEveryDuration) {
   for (std::uint64_t v : {0ull, 1ull, 7ull, 8ull, 9ull, 15ull, 16ull, 1000ull, 123456789ull, 1ull << 40}) {
     const unsigned b = hist_bucket(v);

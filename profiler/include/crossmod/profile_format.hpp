@@ -175,6 +175,30 @@ struct FuncRecord {
   std::uint64_t hist[kHistBuckets];
 };
 
+// calls_estimated's arithmetic (FuncRecord::win_start), shared by the runtime and the
+// reader. The call rate a closed window gives the stretch after it: n calls over its
+// length minus the probe time inside it (`probes`, per CPU), n - 1 when it ended at a call
+// (`at_call`: its end depends on the calls, its start does not). The accounting can
+// overshoot a little, so the bare length is kept at >= 1/64 of the window.
+inline double window_rate(double n, double len, double probes, bool at_call) noexcept {
+  const double bare = len - probes > len / 64 ? len - probes : len / 64;
+  return (at_call && n >= 2 ? n - 1 : n) / bare;
+}
+// The estimate at `end` of a function's calls: the calls observed if it was never
+// switched off; else the closed windows' calls and stretches (est_calls, up to est_until)
+// plus the tail (an open window's calls, or the last rate up to the end), never below the
+// calls observed.
+inline double calls_estimate(const FuncRecord& f, std::uint64_t end) noexcept {
+  const double observed = static_cast<double>(f.calls);
+  if (f.offs == 0) return observed;
+  double e = f.est_calls;
+  if (f.win_start != 0)
+    e += f.calls > f.win_calls0 ? static_cast<double>(f.calls - f.win_calls0) : 0.0;
+  else if (f.est_until != 0 && end > f.est_until)
+    e += f.off_rate * static_cast<double>(end - f.est_until);
+  return e > observed ? e : observed;
+}
+
 struct ThreadRecord {
   std::uint64_t tid;
   std::uint64_t calls;

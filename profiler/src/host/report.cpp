@@ -199,19 +199,7 @@ ProfileData read_segments(const std::string& raw_dir, const RunInfo& run) {
       double active = static_cast<double>(f.active_ticks);
       if (f.on_since != 0 && end > f.on_since) active += static_cast<double>(end - f.on_since);
       active = std::min(active, seg_ticks);
-      // Calls estimated: never switched off -> the calls observed; otherwise the windows'
-      // calls plus each off stretch at the rate its window measured (FuncRecord::win_start),
-      // and the tail: an open window's calls, or the last rate up to the end.
-      double est = static_cast<double>(f.calls);
-      if (f.offs > 0) {
-        double e = f.est_calls;
-        if (f.win_start != 0)
-          e += f.calls > f.win_calls0 ? static_cast<double>(f.calls - f.win_calls0) : 0.0;
-        else if (f.est_until != 0 && end > f.est_until)
-          e += f.off_rate * static_cast<double>(end - f.est_until);
-        est = std::max(est, e);
-      }
-      s.calls_estimated += est;
+      s.calls_estimated += calls_estimate(f, end);
       s.active_ticks += active;
       s.run_ticks += seg_ticks;
       s.converged = s.converged || f.state == static_cast<std::uint64_t>(FnState::off_converged);
