@@ -62,6 +62,42 @@ bool has_relative_immediate(const ZydisDecodedInstruction& ins) noexcept {
   return ins.raw.imm[0].is_relative || ins.raw.imm[1].is_relative;
 }
 
+// Whether any offset in [from, size) could hold a relative branch into (addr, addr + end):
+// the opcode bytes of every x86-64 instruction with a relative immediate, in the decoder's
+// default (Intel) branch semantics, where 0x66 does not shorten a near branch's rel32:
+// Jcc rel8 (70-7F), LOOPNE/LOOPE/LOOP/JrCXZ rel8 (E0-E3), JMP rel8 (EB), CALL/JMP rel32
+// (E8, E9), Jcc rel32 (0F 80-8F), XBEGIN rel32 (C7 F8; rel16 after 0x66). Prefixes come
+// before the opcode and do not move the target (the end of the instruction is the
+// opcode's offset plus opcode and displacement). Reads only bytes inside the function.
+bool branch_candidate(const std::uint8_t* code, std::size_t size, std::size_t from,
+                      std::uintptr_t addr) noexcept {
+  const auto lands = [&](std::size_t end, std::int64_t rel) {
+    const std::uintptr_t t = addr + end + static_cast<std::uintptr_t>(rel);
+    return t > addr && t < addr + from;
+  };
+  const auto rel32 = [code](std::size_t at) {
+    std::int32_t v;
+    std::memcpy(&v, code + at, 4);
+    return static_cast<std::int64_t>(v);
+  };
+  for (std::size_t p = from; p < size; ++p) {
+    const std::uint8_t b = code[p];
+    if ((b >= 0x70 && b <= 0x7F) || (b >= 0xE0 && b <= 0xE3) || b == 0xEB) {
+      if (p + 2 <= size && lands(p + 2, static_cast<std::int8_t>(code[p + 1]))) return true;
+    } else if (b == 0xE8 || b == 0xE9) {
+      if (p + 5 <= size && lands(p + 5, rel32(p + 1))) return true;
+    } else if (b == 0x0F) {
+      if (p + 6 <= size && code[p + 1] >= 0x80 && code[p + 1] <= 0x8F && lands(p + 6, rel32(p + 2)))
+        return true;
+    } else if (b == 0xC7 && p + 1 < size && code[p + 1] == 0xF8) {
+      std::int16_t v16;
+      if (p + 4 <= size && (std::memcpy(&v16, code + p + 2, 2), lands(p + 4, v16))) return true;
+      if (p + 6 <= size && lands(p + 6, rel32(p + 2))) return true;
+    }
+  }
+  return false;
+}
+
 // Control does not fall through past this instruction.
 bool ends_flow(const Decoded& d) noexcept {
   switch (d.ins.meta.category) {
@@ -213,9 +249,16 @@ Status analyze_scan(const std::uint8_t* code, std::size_t size, std::uintptr_t a
     if (const Status s = check(d, addr + out->offset[i]); s != Status::ok) return s;
   }
   // The rest of the function: most of the start-up cost of a pattern over a big program
-  // (python3 'Py*': 939 functions, ~50,000 instructions). Only a relative immediate can
-  // name a branch target, so the operands (a third of a full decode) are decoded for
-  // those instructions only; the same instructions decode, with the same targets.
+  // (python3 'Py*': 939 functions, ~50,000 instructions; Zydis spends ~700 instructions
+  // on each, even in its minimal mode). Most functions have no branch anywhere near their
+  // first bytes, so a byte filter runs first: every offset where a relative branch's
+  // opcode could sit, decodable or not, with its displacement read as that branch would.
+  // No candidate landing inside the replaced range: no instruction of the function can
+  // branch there, whatever the decoding (a stronger result than the scan's). Else the
+  // decoding scan below decides, exactly as before.
+  if (!branch_candidate(code, size, off, addr)) return Status::ok;
+  // Only a relative immediate can name a branch target, so the operands (a third of a
+  // full decode) are decoded for those instructions only.
   ZydisDecoderContext ctx;
   for (std::size_t pos = off; pos < size;) {
     if (!ZYAN_SUCCESS(ZydisDecoderDecodeInstruction(&dec, &ctx, code + pos, size - pos, &d.ins))) {
