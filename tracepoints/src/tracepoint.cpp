@@ -29,8 +29,10 @@ struct ProbeCtx {
 };
 
 constexpr std::size_t kJumpLen = 5;
-constexpr std::size_t kToggleLen = 5;
-constexpr std::size_t kCopiesAt = 8;  // after the toggle slot, padded
+// The toggle slot: body_[0..7], 8-aligned (bodies are 16-aligned), so one locked 8-byte
+// store switches it and a fetch sees all of one state or all of the other.
+constexpr std::size_t kToggleLen = 8;
+constexpr std::size_t kCopiesAt = 8;  // right after the toggle slot
 constexpr std::size_t kProbeBlockMax = 40;
 constexpr std::size_t kTailMax = 8 /*literal*/ + sizeof(ProbeCtx) + 16 /*alignment*/;
 
@@ -188,11 +190,19 @@ Status Tracepoint::prepare_impl(void* addr, std::size_t size, Handler handler,
   const std::size_t used = lit + 8 + sizeof(ProbeCtx);
   detail::trim_body(body, reserve_len, used);
 
-  // Toggle slot: both states are complete jumps that differ only in rel32.
+  // Toggle slot. On: `jmp probe block` (its last 3 bytes are never reached). Off: one
+  // 8-byte NOP, so a disabled tracepoint falls through into the copies instead of taking
+  // a fourth jump (jump, entry slot, toggle, back): measured in tracepoints/README.md.
+  // Both states start at body_[0] and span the whole slot: no instruction boundary
+  // inside it is reachable in either, so a thread fetching across the switch runs one
+  // complete state.
   Tracepoint t;
-  if (!enc::jmp_rel32(t.toggle_on_, body_at, body_at + pb) ||
-      !enc::jmp_rel32(t.toggle_off_, body_at, body_at + kCopiesAt))
-    return Status::out_of_range;
+  if (!enc::jmp_rel32(t.toggle_on_, body_at, body_at + pb)) return Status::out_of_range;
+  std::memset(t.toggle_on_ + enc::kRel32JmpLen, enc::kInt3, kToggleLen - enc::kRel32JmpLen);
+  static constexpr std::uint8_t kNop8[kToggleLen] = {0x0F, 0x1F, 0x84, 0x00, 0x00, 0x00, 0x00, 0x00};
+  static_assert(kCopiesAt == kToggleLen);
+  std::memcpy(t.toggle_off_, kNop8, kToggleLen);
+  if ((body_at & (kToggleLen - 1)) != 0) return Status::bad_state;  // the pool's 16-alignment
   std::memcpy(body, t.toggle_on_, kToggleLen);
 
   // The jump at addr and the bytes it replaces. In trap mode the "jump" is an int3 on

@@ -178,8 +178,8 @@ class Tracepoint {
   std::uint8_t jump_[8] = {};  // span_ bytes: prefixes, E9, rel32 (or int3 + original)
   std::uintptr_t entry_ = 0;
   std::uint8_t* body_ = nullptr;        // toggle slot at body_[0]
-  std::uint8_t toggle_on_[5] = {};      // jmp to the probe block
-  std::uint8_t toggle_off_[5] = {};     // jmp to the first copied instruction
+  std::uint8_t toggle_on_[8] = {};      // jmp to the probe block (+ 3 unreachable int3)
+  std::uint8_t toggle_off_[8] = {};     // an 8-byte NOP: falls through into the copies
   std::uintptr_t redirect_to_[5] = {};  // trap redirect target of each replaced boundary
   std::uint8_t span_ = 5;  // bytes of code written: 5 + prefix_len (jump) or 1 (trap mode)
   bool installed_ = false;
