@@ -407,6 +407,7 @@ def table3(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
             "slowdown_min": min(s) if s else None, "slowdown_max": max(s) if s else None,
             "slowdown_ci_lo": ci[0], "slowdown_ci_hi": ci[1],
             "instr_share": med("instr_share"), "toggle_share": med("toggle_share"),
+            "daemon_share": med("daemon_share"),
             "toggles_per_s": med("toggles_per_s"), "samples_per_s": med("samples_per_s"),
             "probes": med("probes"), "functions": med("functions"),
         })
@@ -697,8 +698,8 @@ def _num(v: Optional[float]) -> str:
 
 def table3_markdown(rows: list[dict[str, Any]]) -> str:
     lines = ["| workload | provider | config | runs | CPU s (median) | slowdown (median, min..max) "
-             "| median's 95% interval | instr share | toggle share | toggles/s | samples/s | probes | functions |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "| median's 95% interval | instr share | toggle share | daemon share | toggles/s | samples/s | probes | functions |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         if r["slowdown_median"] is None:
             slow = "-"
@@ -712,7 +713,8 @@ def table3_markdown(rows: list[dict[str, Any]]) -> str:
         ci = "-" if r.get("slowdown_ci_lo") is None else f"{r['slowdown_ci_lo']:.3f}..{r['slowdown_ci_hi']:.3f}"
         runs = f"{r['runs']}" + (f" ({r['failed_runs']} failed)" if r["failed_runs"] else "")
         lines.append(f"| {r['workload']} | {r['provider']} | {r['config']} | {runs} | {cpu} | {slow} | {ci} | "
-                     f"{_pct(r['instr_share'])} | {_pct(r['toggle_share'], 3)} | {_num(r['toggles_per_s'])} | "
+                     f"{_pct(r['instr_share'])} | {_pct(r['toggle_share'], 3)} | {_pct(r['daemon_share'])} | "
+                     f"{_num(r['toggles_per_s'])} | "
                      f"{_num(r['samples_per_s'])} | {_num(r['probes'])} | {_num(r['functions'])} |")
     return "\n".join(lines) + "\n"
 

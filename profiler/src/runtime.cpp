@@ -958,6 +958,15 @@ void sleep_until(const timespec& t) noexcept {
   }
 }
 
+// The daemon's whole CPU time so far (the report's overhead.daemon_cpu_s): what it costs
+// the program besides the probe hits, charged to the budget or not.
+void store_daemon_cpu() noexcept {
+  timespec c{};
+  if (clock_gettime(CLOCK_THREAD_CPUTIME_ID, &c) != 0) return;
+  A(g_hdr->daemon_cpu_ns).store(static_cast<std::uint64_t>(c.tv_sec) * 1'000'000'000u + static_cast<std::uint64_t>(c.tv_nsec),
+                                std::memory_order_relaxed);
+}
+
 void* daemon_main(void*) {
   const std::uint64_t tick_ns =
       g_cfg.policy == Policy::budget ? std::min(g_cfg.epoch_ns, g_cfg.period_ns) : g_cfg.epoch_ns;
@@ -1120,7 +1129,9 @@ void* daemon_main(void*) {
       if (g_stopping.load(std::memory_order_relaxed)) break;
       retract_pass(rs, ids, epoch_ticks);
     }
+    store_daemon_cpu();
   }
+  store_daemon_cpu();
   return nullptr;
 }
 

@@ -124,6 +124,16 @@ TEST_P(PolicyTest, ReportListsFunctionsAndNeverOvercounts) {
       EXPECT_EQ(hist, samples) << name;
     }
   }
+  // The daemon's own CPU time: none has no daemon; the others' daemon ran (it switched
+  // functions on, or under full at least woke) and cannot have used more than the run.
+  const double daemon_s = j["overhead"]["daemon_cpu_s"], cpu_s = j["run"]["cpu_s"];
+  if (std::string(c.policy) == "none") {
+    EXPECT_EQ(daemon_s, 0.0);
+  } else {
+    EXPECT_GE(daemon_s, 0.0);
+    EXPECT_LE(daemon_s, cpu_s);
+    EXPECT_DOUBLE_EQ(j["overhead"]["daemon_share"].get<double>(), cpu_s > 0 ? daemon_s / cpu_s : 0.0);
+  }
   ASSERT_TRUE(j["metrics"].is_array());
   EXPECT_EQ(j["metrics"].size(), 4u);  // configs/metrics/default.toml
   EXPECT_TRUE(fs::exists(r.dir / "profile.csv"));

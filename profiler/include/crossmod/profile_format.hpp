@@ -12,8 +12,9 @@
 namespace crossmod::profile {
 
 inline constexpr char kMagic[8] = {'C', 'M', 'P', 'R', 'O', 'F', '1', '\0'};
-inline constexpr std::uint32_t kVersion = 4;  // 2: compensated samples, context-switch split; 3: nest_ticks;
-                                              // 4: cold samples, per-window call estimate
+inline constexpr std::uint32_t kVersion = 5;  // 2: compensated samples, context-switch split; 3: nest_ticks;
+                                              // 4: cold samples, per-window call estimate;
+                                              // 5: daemon_cpu_ns
 // Latency histogram: 4 buckets per power of two ("log2-ish"), up to 2^kHistOctaves ticks.
 inline constexpr unsigned kHistSub = 4;
 inline constexpr unsigned kHistOctaves = 48;
@@ -72,7 +73,9 @@ struct Header {
   std::uint64_t probes;         // probes discovered
   std::uint64_t toggles;
   std::uint64_t toggle_ticks;
-  std::uint64_t instr_ticks;    // unused (per-thread records hold it); see daemon_instr_ticks
+  // The daemon thread's own CPU time (CLOCK_THREAD_CPUTIME_ID, ns), stored after each wake:
+  // everything it does, charged to the budget or not (folds, windows, switch-ons, retraction).
+  std::uint64_t daemon_cpu_ns;
   std::uint64_t daemon_instr_ticks;  // budget: the daemon's switch-ons, charged to the budget
   std::uint64_t hits;           // probe-function invocations
   std::uint64_t epochs;         // daemon folds done

@@ -138,6 +138,7 @@ ProfileData read_segments(const std::string& raw_dir, const RunInfo& run) {
     d.capped_hits += h.capped_hits;
     d.stale_exits += h.stale_exits;
     d.retracts += h.retracts;
+    d.daemon_cpu_ns += h.daemon_cpu_ns;
     if ((h.flags & kFlagSwitchDetect) != 0) d.switch_detect = true;
     if ((h.flags & kFlagSwitchOff) != 0) d.switch_off = true;
     if (h.switch_errno != 0) d.switch_errno = h.switch_errno;
@@ -416,7 +417,9 @@ nlohmann::json report_json(const ProfileData& d, const RunInfo& run, const std::
                    {"budget_offs", d.budget_offs},
                    {"capped_hits", d.capped_hits},
                    {"stale_exits", d.stale_exits},
-                   {"retracts", d.retracts}};
+                   {"retracts", d.retracts},
+                   {"daemon_cpu_s", static_cast<double>(d.daemon_cpu_ns) / 1e9},
+                   {"daemon_share", cpu_s > 0 ? static_cast<double>(d.daemon_cpu_ns) / 1e9 / cpu_s : 0.0}};
   json tl = json::array();
   for (const TimelinePoint& p : d.timeline)
     tl.push_back({{"t_s", p.t_s},
@@ -540,11 +543,13 @@ std::string report_table(const ProfileData& d, const RunInfo& run, std::size_t t
                    run.policy.name, run.exit_kind, run.status,
                    run.signal ? fmt::format(" (signal {})", run.signal) : std::string(), run.wall_s, cpu_s, d.probes,
                    d.functions.size());
-  o += fmt::format("  toggles {} ({:.0f}/s), samples {} ({:.0f}/s), instrumentation {:.2f}% of cpu, toggling {:.3f}%\n",
+  o += fmt::format("  toggles {} ({:.0f}/s), samples {} ({:.0f}/s), instrumentation {:.2f}% of cpu, toggling {:.3f}%, "
+                   "daemon thread {:.2f}%\n",
                    d.toggles, run.wall_s > 0 ? static_cast<double>(d.toggles) / run.wall_s : 0.0, samples,
                    run.wall_s > 0 ? static_cast<double>(samples) / run.wall_s : 0.0,
                    cpu_s > 0 ? 100.0 * static_cast<double>(d.instr_ticks) / (cpu_s * run.tsc_hz) : 0.0,
-                   cpu_s > 0 ? 100.0 * static_cast<double>(d.toggle_ticks) / (cpu_s * run.tsc_hz) : 0.0);
+                   cpu_s > 0 ? 100.0 * static_cast<double>(d.toggle_ticks) / (cpu_s * run.tsc_hz) : 0.0,
+                   cpu_s > 0 ? 100.0 * static_cast<double>(d.daemon_cpu_ns) / 1e9 / cpu_s : 0.0);
   o += fmt::format("  {:>12} {:>14} {:>9} {:>12} {:>10} {:>12} {:>7}  {}\n", "calls_obs", "calls_est", "samples",
                    "mean_ticks", "+-95%", "p99_ticks", "share", "function");
   std::size_t k = 0;
