@@ -1,0 +1,127 @@
+#!/usr/bin/env python3
+"""Interleaved CPU-time comparison of `crossmod profile` configurations on one workload.
+
+    profiler/scripts/configs_ab.py [--build DIR] [--json FILE] ROUNDS WORKLOAD NAME=ARGS...
+
+WORKLOAD as scripts/profile_eval.py defines it, at its evaluation sizes: sqlite3
+(sqlite3_workload.sql at 400,000 rows, --trace 'sqlite3_*'), python3 (python_cpu.py 40,
+--trace 'Py*'), lab-cyg / lab-pfe / kvpipe-cyg / kvpipe-pfe (8 threads). Each NAME=ARGS is
+one configuration: ARGS are `crossmod profile` options (split like a shell would), where
+a word ENV:K=V sets K=V in that run's environment (e.g. ENV:CROSSMOD_PROFILE_RETRACT=1) and
+BUILD:DIR runs DIR/crossmod instead of --build's; ARGS `bare` runs the program with no
+preload. Every round runs every configuration once, the order rotated each round (never
+block after block). CPU time = user + sys: the no-preload run's from rusage, a profiled
+run's from its profile.json (run.user_s + run.sys_s, the program's own).
+
+Prints per configuration the median CPU seconds and the median over rounds of its ratio to
+the FIRST configuration in the same round, with the distribution-free 95% interval of
+that median (binomial order statistics, analysis.profile.median_ci). --json writes the
+raw per-round values. Example (the cost of installed-but-off tracepoints on sqlite3):
+
+    profiler/scripts/configs_ab.py 24 sqlite3 none='--policy none' \\
+        off='--policy paper --samples 1 --epoch 200ms' budget='--policy budget'
+"""
+import argparse
+import json
+import os
+import resource
+import shlex
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from types import SimpleNamespace
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "scripts"))
+sys.path.insert(0, str(ROOT))
+import profile_eval  # noqa: E402  (the evaluation's workload definitions)
+from analysis.profile import median_ci  # noqa: E402
+
+
+def parse_config(spec):
+    name, sep, args = spec.partition("=")
+    if not sep or not name:
+        raise ValueError(f"configuration {spec!r} is not NAME=ARGS")
+    words = shlex.split(args)
+    env, build, opts = {}, None, []
+    for w in words:
+        if w.startswith("ENV:"):
+            k, eq, v = w[4:].partition("=")
+            if not eq or not k:
+                raise ValueError(f"{name}: {w!r} is not ENV:K=V")
+            env[k] = v
+        elif w.startswith("BUILD:"):
+            build = w[6:]
+        else:
+            opts.append(w)
+    bare = opts == ["bare"]
+    return {"name": name, "env": env, "build": build, "opts": [] if bare else opts, "bare": bare}
+
+
+def run(cfg, w, default_build, out):
+    inp = open(w.stdin) if w.stdin else open(os.devnull)
+    with inp:
+        if cfg["bare"]:
+            before = resource.getrusage(resource.RUSAGE_CHILDREN)
+            subprocess.run(w.argv, stdin=inp, stdout=subprocess.DEVNULL, check=True)
+            after = resource.getrusage(resource.RUSAGE_CHILDREN)
+            return (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+        build = cfg["build"] or default_build
+        cmd = [f"{build}/crossmod", "profile", "--quiet", "--out", out] + cfg["opts"]
+        cmd += ["--trace", w.trace] if w.trace else []
+        subprocess.run(cmd + ["--", *w.argv], stdin=inp, stdout=subprocess.DEVNULL, check=True,
+                       env={**os.environ, **cfg["env"]})
+    r = json.load(open(Path(out) / "profile.json"))["run"]
+    return r["user_s"] + r["sys_s"]
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--build", default=str(ROOT / "build"), help="build folder with crossmod (default build/)")
+    p.add_argument("--json", help="write the per-round CPU seconds of every configuration here")
+    p.add_argument("rounds", type=int)
+    p.add_argument("workload")
+    p.add_argument("configs", nargs="+", metavar="NAME=ARGS")
+    a = p.parse_args()
+    try:
+        cfgs = [parse_config(s) for s in a.configs]
+    except ValueError as e:
+        print(f"configs_ab.py: {e}", file=sys.stderr)
+        return 2
+    if a.rounds < 1 or len({c["name"] for c in cfgs}) != len(cfgs):
+        print("configs_ab.py: ROUNDS >= 1 and distinct configuration names, please", file=sys.stderr)
+        return 2
+    res = {c["name"]: [] for c in cfgs}
+    with tempfile.TemporaryDirectory() as tmp:
+        args = SimpleNamespace(lab_iterations=3000, kv_ops=10000, py_scale=40, sql_rows=400000,
+                               out_dir=Path(tmp), python_trace="Py*", sqlite_trace="sqlite3_*")
+        ws = profile_eval.workloads(args, Path(a.build) / "profiler" / "workloads")
+        if a.workload not in ws:
+            print(f"configs_ab.py: unknown workload {a.workload!r} (one of {', '.join(ws)})", file=sys.stderr)
+            return 2
+        w = ws[a.workload]
+        if w.stdin is not None and not w.stdin.exists():
+            w.stdin.write_text(args.sql_to_write[1])
+        for r in range(a.rounds):
+            k = r % len(cfgs)
+            for i, c in enumerate(cfgs[k:] + cfgs[:k]):
+                res[c["name"]].append(run(c, w, a.build, f"{tmp}/r{r}-{i}"))
+            print(f"round {r + 1}/{a.rounds} done", file=sys.stderr)
+    if a.json:
+        Path(a.json).write_text(json.dumps(res, indent=1) + "\n")
+    first = cfgs[0]["name"]
+    for c in cfgs:
+        v = res[c["name"]]
+        ratios = [b / x for x, b in zip(res[first], v)]
+        ci = median_ci(ratios)
+        ci_s = f"{ci[0]:.3f}..{ci[1]:.3f}" if ci else "-"
+        print(f"{c['name']:12} cpu {statistics.median(v):.3f} s   / {first}: {statistics.median(ratios):.3f} "
+              f"(95% {ci_s}, {len(ratios)} rounds)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
