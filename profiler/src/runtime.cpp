@@ -992,6 +992,18 @@ void* daemon_main(void*) {
       rs.clear();
     }
   }
+  // converge with --trace: a function that converged stays off for good, so its jump is
+  // removed once, in a batch after the walk that found it (its detour would cost every
+  // later call and buy nothing). Daemon-private, one flag per function slot.
+  std::vector<std::uint8_t> gone;
+  std::vector<cp::ProbeId> gone_ids;
+  if (g_cfg.trace != nullptr && g_cfg.policy == Policy::converge) {
+    try {
+      gone.resize(g_cfg.max_funcs);
+    } catch (...) {
+      gone.clear();
+    }
+  }
   const std::uint64_t epoch_ticks = ns_to_ticks(g_cfg.epoch_ns);
   {
     timespec c{};
@@ -1092,6 +1104,15 @@ void* daemon_main(void*) {
           switch_off(f, FnState::off_converged);
           std::uint64_t st = static_cast<std::uint64_t>(FnState::off_sampled);
           A(f.state).compare_exchange_strong(st, static_cast<std::uint64_t>(FnState::off_converged));
+          if (i < gone.size() && gone[i] == 0 && is_tracepoint(f) &&
+              A(f.state).load(std::memory_order_acquire) == static_cast<std::uint64_t>(FnState::off_converged)) {
+            gone[i] = 1;
+            try {
+              push_probe_ids(f, gone_ids);
+            } catch (...) {
+              gone[i] = 0;  // next epoch
+            }
+          }
         }
         if (g_cfg.policy != Policy::full && g_cfg.policy != Policy::none && !spent)
           toggled = switch_on(f, FnState::off_sampled);
@@ -1106,6 +1127,14 @@ void* daemon_main(void*) {
         active += f.exit_probe != cp::kNoProbe ? 2 : 1;
     }
     rotate = spent ? resume : 0;
+    if (!gone_ids.empty()) {
+      const std::uint64_t t0 = rdtsc();
+      std::size_t removed = 0;
+      check(cp::retract_many(gone_ids.data(), gone_ids.size(), &removed));
+      add(g_hdr->retracts, removed);
+      charge_daemon(rdtsc() - t0);
+      gone_ids.clear();
+    }
     if (period) {
       // Timeline: instrumentation time of all threads in the period just ended.
       const std::uint64_t instr = instr_sum() + A(g_hdr->daemon_instr_ticks).load(std::memory_order_relaxed);
