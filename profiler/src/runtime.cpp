@@ -959,12 +959,13 @@ void sleep_until(const timespec& t) noexcept {
 }
 
 // The daemon's whole CPU time so far (the report's overhead.daemon_cpu_s): what it costs
-// the program besides the probe hits, charged to the budget or not.
-void store_daemon_cpu() noexcept {
+// the program besides the probe hits. Returns it (ns; 0 if the clock fails).
+std::uint64_t store_daemon_cpu() noexcept {
   timespec c{};
-  if (clock_gettime(CLOCK_THREAD_CPUTIME_ID, &c) != 0) return;
-  A(g_hdr->daemon_cpu_ns).store(static_cast<std::uint64_t>(c.tv_sec) * 1'000'000'000u + static_cast<std::uint64_t>(c.tv_nsec),
-                                std::memory_order_relaxed);
+  if (clock_gettime(CLOCK_THREAD_CPUTIME_ID, &c) != 0) return 0;
+  const std::uint64_t ns = static_cast<std::uint64_t>(c.tv_sec) * 1'000'000'000u + static_cast<std::uint64_t>(c.tv_nsec);
+  A(g_hdr->daemon_cpu_ns).store(ns, std::memory_order_relaxed);
+  return ns;
 }
 
 void* daemon_main(void*) {
@@ -1010,6 +1011,11 @@ void* daemon_main(void*) {
     clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &c);
     last_cpu_ns = static_cast<std::uint64_t>(c.tv_sec) * 1'000'000'000u + static_cast<std::uint64_t>(c.tv_nsec);
   }
+  // budget: all of the daemon's CPU time is instrumentation time. Its switch-ons and
+  // removals are charged as they happen (wall ticks); after each wake the rest of the CPU
+  // time it used since the last one (folds, rate windows, the walk itself) is charged too.
+  std::uint64_t daemon_cpu_last = store_daemon_cpu();
+  std::uint64_t daemon_charged_last = A(g_hdr->daemon_instr_ticks).load(std::memory_order_relaxed);
   while (!g_stopping.load(std::memory_order_relaxed)) {
     next = plus_ns(next, tick_ns);
     // The wake is a random offset into the tick (the grid `next` stays): windows opened at
@@ -1158,7 +1164,17 @@ void* daemon_main(void*) {
       if (g_stopping.load(std::memory_order_relaxed)) break;
       retract_pass(rs, ids, epoch_ticks);
     }
-    store_daemon_cpu();
+    const std::uint64_t daemon_cpu = store_daemon_cpu();
+    if (g_cfg.policy == Policy::budget && daemon_cpu > daemon_cpu_last) {
+      const std::uint64_t used = ns_to_ticks(daemon_cpu - daemon_cpu_last);
+      const std::uint64_t charged = A(g_hdr->daemon_instr_ticks).load(std::memory_order_relaxed) - daemon_charged_last;
+      if (used > charged) {
+        g_period_spent.fetch_add(used - charged, std::memory_order_relaxed);
+        add(g_hdr->daemon_instr_ticks, used - charged);
+      }
+      daemon_charged_last = A(g_hdr->daemon_instr_ticks).load(std::memory_order_relaxed);
+    }
+    if (daemon_cpu != 0) daemon_cpu_last = daemon_cpu;
   }
   store_daemon_cpu();
   return nullptr;

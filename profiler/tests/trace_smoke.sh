@@ -88,6 +88,19 @@ assert not any("toggles failed" in n for n in j["notes"]), j["notes"]
 print(f"converge: {conv} converged, {o['retracts']} jumps removed")
 PY
 
+# budget charges all of the daemon's CPU time to the instrumentation (its switch-ons as
+# they happen, the rest after each wake): the instrumentation share is at least the
+# daemon's (the ticks convert the runtime's TSC rate; 2% slack for the report's).
+"$crossmod" profile --quiet --policy budget --trace 'sqlite3_*' --out "$out/sqlite-budget" -- \
+  "$sqlite" :memory: <"$sql" >/dev/null
+"$python" - "$out/sqlite-budget/profile.json" <<'PY'
+import json, sys
+o = json.load(open(sys.argv[1]))["overhead"]
+assert o["daemon_share"] > 0, o
+assert o["instr_share"] >= 0.98 * o["daemon_share"], (o["instr_share"], o["daemon_share"])
+print(f"budget: instr {o['instr_share']:.4f} >= daemon {o['daemon_share']:.4f}")
+PY
+
 # The exit status is kept (sqlite3 exits 1 on an SQL error).
 rc=0
 "$crossmod" profile --quiet --policy full --trace 'sqlite3_*' --out "$out/sqlite-err" -- \
