@@ -441,7 +441,6 @@ Status reserve(std::uintptr_t addr, std::uint8_t boundary_mask, std::size_t body
         const std::size_t pad = pad_for(e);
         mark(*page, e - page->base, pad + body_len, true);
         std::memcpy(reinterpret_cast<std::uint8_t*>(e), kPadNop[pad], pad);
-        P.stats.body_bytes_used += pad + body_len;
         P.stats.direct_body_bytes += pad + body_len;
         ++P.stats.direct_bodies;
         ++P.stats.trampolines;
@@ -549,7 +548,6 @@ void trim_body(std::uint8_t* body, std::size_t reserved, std::size_t used) noexc
     if (b < pg.base || b >= pg.base + kPage) continue;
     std::memset(body + used, enc::kInt3, reserved - used);
     mark(pg, b + used - pg.base, reserved - used, false);
-    P.stats.body_bytes_used -= reserved - used;
     P.stats.direct_body_bytes -= reserved - used;
     return;
   }

@@ -79,14 +79,14 @@ Status analyze(const std::uint8_t* code, std::size_t size, std::uintptr_t addr,
 struct PoolStats {
   std::size_t entry_pages = 0;       // pages mapped at constrained addresses
   std::size_t entry_bytes_used = 0;  // bytes of those pages holding entry slots
-  std::size_t body_bytes_mapped = 0;  // bytes of the body arenas (not of entry pages)
-  std::size_t body_bytes_used = 0;    // bytes of every body, direct ones included
+  std::size_t body_bytes_mapped = 0;  // bytes of the body arenas
+  std::size_t body_bytes_used = 0;    // bytes of those arenas holding bodies
   std::size_t trampolines = 0;
   std::size_t mmap_attempts = 0;  // mmap calls made while searching for entry pages
-  // Bodies placed at the jump's target in an entry page (no entry slot), and the bytes of
-  // entry pages they hold (their pad NOPs included; also counted in body_bytes_used). So
-  // body_bytes_used - direct_body_bytes <= body_bytes_mapped and entry_bytes_used +
-  // direct_body_bytes <= entry_pages * 4096.
+  // Bodies placed at the jump's target in an entry page (no entry slot, no arena bytes),
+  // and the bytes of entry pages they hold (their pad NOPs included). So entry_bytes_used
+  // + direct_body_bytes <= entry_pages * 4096; all body bytes: body_bytes_used +
+  // direct_body_bytes.
   std::size_t direct_bodies = 0;
   std::size_t direct_body_bytes = 0;
 };
