@@ -11,13 +11,18 @@
 // Fallback: a 5-byte entry (`jmp body`) at e, which packs densely into the constrained
 // pages, and the body (copies, probe block) anywhere near the code, in an arena.
 //
-// Search cost of the direct placement (python3 'Py*' prepares ~800 tracepoints and most
-// map a page of their own anyway): only the kDirectPages most recently mapped entry
-// pages are searched, and within a page a candidate whose range holds a used byte skips
-// past the last such byte (so a page costs about one pass over its bitset, not one per
-// candidate); pages with fewer free bytes than the body are skipped unread. Else a new
-// page is mapped, with the same nearest-first search as for entry slots. Only when that
-// fails too (the whole reach mapped) does the fallback run.
+// Search cost of the direct placement (start-up matters: python3 'Py*' prepares 774
+// tracepoints): only the kDirectPages most recently mapped entry pages are searched, and
+// a page with fewer free bytes than the body is skipped unread; within a page a candidate
+// whose range holds a used byte moves past the last such byte, so a page costs about one
+// pass over its bitset, not one per candidate. Else a new page is mapped, with the same
+// nearest-first search as for entry slots; a constraint whose page offsets cannot hold
+// the body (direct_fits_somewhere) skips all of this. Only when nothing has room does the
+// fallback run. Why 128 pages: each new page costs an mmap and a page fault (~4 us here),
+// and with 8 pages python3 'Py*' mapped 349 pages (82 with entry slots) and started 1.2 ms
+// slower than with entry slots; with 128 it maps 87 and starts no slower (figures in
+// tracepoints/README.md). The bound keeps the search linear in the tracepoints.
+
 #include "pool.hpp"
 
 #include <fcntl.h>
@@ -50,7 +55,7 @@ constexpr std::uintptr_t kLowest = std::uintptr_t{1} << 20;  // above mmap_min_a
 constexpr std::uintptr_t kUserTop = (std::uintptr_t{1} << 47) - kPage;
 constexpr std::size_t kArenaSize = std::size_t{64} << 10;
 constexpr std::size_t kEntryMax = enc::kJmpAbsLen;
-constexpr std::size_t kDirectPages = 8;  // recent entry pages searched for a direct body
+constexpr std::size_t kDirectPages = 128;  // recent entry pages searched for a direct body
 // A direct body extends up to a page past its constrained address: keep it (and its
 // relocated RIP-relative operands) within rel32 reach of the code, as arenas do.
 constexpr std::int64_t kDirectReach = kTwoGiB - (std::int64_t{64} << 10);
