@@ -41,22 +41,32 @@ bool entry_possible_prefixed(std::uintptr_t addr, std::uint8_t boundary_mask,
                              unsigned prefix) noexcept;
 
 struct Reservation {
-  std::uintptr_t entry = 0;   // entry slot: the jump at addr targets it
-  std::size_t entry_len = 0;  // 5 (jmp rel32 to body) or 14 (jmp [rip]; abs64)
+  std::uintptr_t entry = 0;   // the jump at addr targets it (0: no jump, trap mode)
+  std::size_t entry_len = 0;  // entry slot: 5 (jmp rel32 to body) or 14 (jmp [rip]; abs64);
+                              // 0: direct body
+  bool direct = false;        // the body is at entry (after a pad NOP of body - entry bytes)
   std::uint8_t* body = nullptr;
 };
 
-// Finds an entry slot reachable by a jmp rel32 ending at addr+5 whose rel32 satisfies the
-// boundary constraint, and `body_len` bytes of body within rel32 reach of addr (bodies
-// hold RIP-relative operands relocated from addr). The body is 16-byte aligned, so its
-// first 8 bytes lie in one cache line. The entry slot is written (jump to the body) before
-// return. With want_entry false only the body is reserved (trap-mode tracepoints).
+// Reserves `body_len` bytes of body within rel32 reach of addr (bodies hold RIP-relative
+// operands relocated from addr), 8-aligned so that its first 8 bytes (the toggle slot)
+// lie in one cache line, and, with want_entry, the target of a jmp rel32 ending at addr+5
+// whose rel32 satisfies the boundary constraint:
+//  - direct: the body itself sits at the constrained address e (in an entry page), after
+//    one NOP of (-e)&7 bytes; the jump lands on it (entry = e, body = e + pad);
+//  - else (no such place found cheaply): a 5- or 14-byte entry slot at e, written
+//    (`jmp body`) before return, and a 16-aligned body in an arena.
+// With want_entry false only an arena body is reserved (trap-mode tracepoints).
 // no_trampoline_space or os_error.
 Status reserve(std::uintptr_t addr, std::uint8_t boundary_mask, std::size_t body_len,
                bool want_entry, Reservation* out, std::error_code* ec) noexcept;
-// Returns unused tail bytes of the most recent body reservation at `body` (bodies are
-// reserved with an upper bound, then trimmed to what relocation emitted).
+// Returns unused tail bytes of the body reservation at `body` (bodies are reserved with
+// an upper bound, then trimmed to what relocation emitted): the most recent one of an
+// arena, or any direct body in an entry page (its tail bytes become free for later slots).
 void trim_body(std::uint8_t* body, std::size_t reserved, std::size_t used) noexcept;
+// Whether `at` lies in an entry page and the pool holds it (an entry slot, a direct body
+// or its pad); for tests.
+bool entry_page_byte_used(std::uintptr_t at) noexcept;
 // How many times reserve() has read /proc/self/maps (it keeps a snapshot; for tests).
 std::size_t maps_reads() noexcept;
 

@@ -29,7 +29,7 @@ struct ProbeCtx {
 };
 
 constexpr std::size_t kJumpLen = 5;
-// The toggle slot: body_[0..7], 8-aligned (bodies are 16-aligned), so one locked 8-byte
+// The toggle slot: body_[0..7], 8-aligned (the pool's bodies are), so one locked 8-byte
 // store switches it and a fetch sees all of one state or all of the other.
 constexpr std::size_t kToggleLen = 8;
 constexpr std::size_t kCopiesAt = 8;  // right after the toggle slot
@@ -192,7 +192,8 @@ Status Tracepoint::prepare_impl(void* addr, std::size_t size, Handler handler,
 
   // Toggle slot. On: `jmp probe block` (its last 3 bytes are never reached). Off: one
   // 8-byte NOP, so a disabled tracepoint falls through into the copies instead of taking
-  // a fourth jump (jump, entry slot, toggle, back): measured in tracepoints/README.md.
+  // a fourth jump (jump, entry slot, toggle, back; without the entry slot with a direct
+  // body): measured in tracepoints/README.md.
   // Both states start at body_[0] and span the whole slot: no instruction boundary
   // inside it is reachable in either, so a thread fetching across the switch runs one
   // complete state.
@@ -202,10 +203,11 @@ Status Tracepoint::prepare_impl(void* addr, std::size_t size, Handler handler,
   static constexpr std::uint8_t kNop8[kToggleLen] = {0x0F, 0x1F, 0x84, 0x00, 0x00, 0x00, 0x00, 0x00};
   static_assert(kCopiesAt == kToggleLen);
   std::memcpy(t.toggle_off_, kNop8, kToggleLen);
-  if ((body_at & (kToggleLen - 1)) != 0) return Status::bad_state;  // the pool's 16-alignment
+  if ((body_at & (kToggleLen - 1)) != 0) return Status::bad_state;  // the pool's 8-alignment
   std::memcpy(body, t.toggle_on_, kToggleLen);
 
-  // The jump at addr and the bytes it replaces. In trap mode the "jump" is an int3 on
+  // The jump at addr and the bytes it replaces. It targets r.entry: the entry slot, or for
+  // a direct body the pad NOP before the toggle (r.entry == body_at when no pad is needed). In trap mode the "jump" is an int3 on
   // byte 0 and the other bytes stay: only boundary 0 exists for install/remove.
   // With prefixes: `2E`*prefix_len, then the jmp, whose rel32 counts from a + span.
   const std::size_t span = kJumpLen + prefix;

@@ -1,6 +1,6 @@
 // Constrained trampoline allocation: the rel32 search primitives against brute force, and
 // reserve() for every boundary pattern: the jump's rel32 holds 0xCC at every boundary and
-// reaches the entry, which jumps to the body.
+// reaches the entry, which is the body (after a pad NOP) or jumps to it.
 #include "pool.hpp"
 
 #include <gtest/gtest.h>
@@ -72,13 +72,52 @@ TEST(RelSearch, MatchesBruteForce) {
   EXPECT_EQ(prev_le(0, 0xFF, 0x01), kNone);
 }
 
+// The pad NOP (0..7 bytes) at a direct body's entry: one instruction, ending at the body.
+void expect_pad(const detail::Reservation& r) {
+  const auto body = reinterpret_cast<std::uintptr_t>(r.body);
+  ASSERT_EQ(body % 8, 0u);
+  ASSERT_GE(body, r.entry);
+  ASSERT_LT(body - r.entry, 8u);
+  ASSERT_EQ(body - r.entry, (0 - r.entry) & 7);
+  static const std::vector<std::vector<std::uint8_t>> kNops = {
+      {},
+      {0x90},
+      {0x66, 0x90},
+      {0x0F, 0x1F, 0x00},
+      {0x0F, 0x1F, 0x40, 0x00},
+      {0x0F, 0x1F, 0x44, 0x00, 0x00},
+      {0x66, 0x0F, 0x1F, 0x44, 0x00, 0x00},
+      {0x0F, 0x1F, 0x80, 0x00, 0x00, 0x00, 0x00}};
+  const auto& want = kNops[body - r.entry];
+  EXPECT_EQ(std::memcmp(reinterpret_cast<const void*>(r.entry), want.data(), want.size()), 0);
+}
+
+// A code address no other call returned, 64 KiB from the others, in a block never
+// unmapped (the pool never frees either): with all four rel32 bytes fixed one address
+// qualifies, and a body (up to a page long) reserved for one pattern may hold the address
+// another pattern at a nearby code address needs (as for neighbouring real functions).
+std::uintptr_t test_code_addr() {
+  static CodeBlock* block = [] {
+    auto* b = new CodeBlock;
+    if (CodeBlock::allocate(std::size_t{8} << 20, nullptr, b) != crossmod::Status::ok) {
+      delete b;
+      return static_cast<CodeBlock*>(nullptr);
+    }
+    return b;
+  }();
+  static std::uintptr_t next = 0;
+  if (block == nullptr || next >= (std::size_t{8} << 20)) return 0;
+  next += std::uintptr_t{1} << 16;
+  return reinterpret_cast<std::uintptr_t>(block->data()) + next - (std::uintptr_t{1} << 16) + 0x40;
+}
+
 // A real code address: every boundary pattern gets an entry satisfying its constraint.
 TEST(Pool, EveryBoundaryPatternIsSatisfied) {
-  CodeBlock code;
-  ASSERT_EQ(CodeBlock::allocate(4096, nullptr, &code), crossmod::Status::ok);
-  const auto addr = reinterpret_cast<std::uintptr_t>(code.data());
   const PoolStats before = pool_stats();
+  std::size_t direct = 0;
   for (unsigned m = 0; m < 16; ++m) {
+    const std::uintptr_t addr = test_code_addr();
+    ASSERT_NE(addr, 0u);
     const auto mask = static_cast<std::uint8_t>(m << 1);
     detail::Reservation r;
     ASSERT_EQ(detail::reserve(addr, mask, 256, true, &r, nullptr), Status::ok) << "mask " << m;
@@ -90,9 +129,15 @@ TEST(Pool, EveryBoundaryPatternIsSatisfied) {
       if ((mask & (1u << b)) != 0) {
         EXPECT_EQ(jump[b], 0xCC) << "mask " << m << " byte " << b;
       }
+    const auto* e = reinterpret_cast<const std::uint8_t*>(r.entry);
+    if (r.direct) {  // the body at the entry, after its pad
+      ++direct;
+      EXPECT_EQ(r.entry_len, 0u);
+      expect_pad(r);
+      continue;
+    }
     // The entry jumps to the 16-byte-aligned body.
     EXPECT_EQ(reinterpret_cast<std::uintptr_t>(r.body) % 16, 0u);
-    const auto* e = reinterpret_cast<const std::uint8_t*>(r.entry);
     if (r.entry_len == 5) {
       ASSERT_EQ(e[0], enc::kJmpRel32);
       std::int32_t d;
@@ -105,9 +150,73 @@ TEST(Pool, EveryBoundaryPatternIsSatisfied) {
   }
   const PoolStats after = pool_stats();
   EXPECT_EQ(after.trampolines - before.trampolines, 16u);
+  // Fresh code addresses in an otherwise unmapped neighbourhood: room for every body.
+  EXPECT_EQ(direct, 16u);
+  EXPECT_EQ(after.direct_bodies - before.direct_bodies, 16u);
   EXPECT_GE(after.entry_pages, 1u);
-  EXPECT_GE(after.entry_pages * 4096, after.entry_bytes_used);
+  EXPECT_GE(after.entry_pages * 4096, after.entry_bytes_used + after.direct_body_bytes);
   EXPECT_GE(after.body_bytes_mapped, after.body_bytes_used);
+  EXPECT_EQ(after.body_bytes_used, before.body_bytes_used);  // no arena bytes
+}
+
+// Where no page can hold the body at the constrained address, the entry-slot scheme
+// does: all four rel32 bytes fixed (one address qualifies) and that address 10 bytes
+// before its page's end, so a 5-byte entry fits and no body does.
+TEST(Pool, EntrySlotWhenNoBodyFits) {
+  const std::uint8_t mask = 0x1E;
+  const RelConstraint c = RelConstraint::from_boundaries(mask);
+  const std::int64_t rel = static_cast<std::int64_t>(c.value) - (std::int64_t{1} << 31);
+  std::uintptr_t addr = test_code_addr();
+  ASSERT_NE(addr, 0u);
+  const std::uintptr_t e0 = addr + 5 + static_cast<std::uintptr_t>(rel);
+  addr += ((4096 - 10) - (e0 & 4095)) & 4095;  // within its 64 KiB: moved by < 4 KiB
+  const std::uintptr_t e = addr + 5 + static_cast<std::uintptr_t>(rel);
+  ASSERT_EQ(e & 4095, 4096u - 10);
+  const PoolStats before = pool_stats();
+  detail::Reservation r;
+  ASSERT_EQ(detail::reserve(addr, mask, 64, true, &r, nullptr), Status::ok);
+  EXPECT_FALSE(r.direct);
+  EXPECT_EQ(r.entry, e);
+  ASSERT_EQ(r.entry_len, 5u);
+  const auto* p = reinterpret_cast<const std::uint8_t*>(e);
+  ASSERT_EQ(p[0], enc::kJmpRel32);
+  std::int32_t d;
+  std::memcpy(&d, p + 1, 4);
+  EXPECT_EQ(e + 5 + static_cast<std::uintptr_t>(static_cast<std::int64_t>(d)),
+            reinterpret_cast<std::uintptr_t>(r.body));
+  const PoolStats after = pool_stats();
+  EXPECT_EQ(after.direct_bodies, before.direct_bodies);
+  EXPECT_EQ(after.entry_bytes_used - before.entry_bytes_used, 5u);
+  // 4000 bytes lower, the pattern's one address is in the same (now mapped) page, with
+  // room for the body: direct.
+  ASSERT_EQ(detail::reserve(addr - 4000, mask, 64, true, &r, nullptr), Status::ok);
+  EXPECT_TRUE(r.direct);
+  EXPECT_EQ(r.entry, e - 4000);
+  expect_pad(r);
+}
+
+// trim_body() gives a direct body's unused tail back to its entry page: the accounting
+// drops, the bytes are int3 again and free for a later slot.
+TEST(Pool, TrimReleasesDirectTail) {
+  const std::uintptr_t addr = test_code_addr();
+  ASSERT_NE(addr, 0u);
+  detail::Reservation r;
+  ASSERT_EQ(detail::reserve(addr, 1u << 1, 512, true, &r, nullptr), Status::ok);
+  ASSERT_TRUE(r.direct);
+  std::memset(r.body, 0x90, 512);  // as if relocation had written all of it
+  EXPECT_TRUE(detail::entry_page_byte_used(reinterpret_cast<std::uintptr_t>(r.body) + 511));
+  const PoolStats s0 = pool_stats();
+  detail::trim_body(r.body, 512, 100);  // keeps 112 (16-byte granules)
+  const PoolStats s1 = pool_stats();
+  EXPECT_EQ(s0.body_bytes_used, s1.body_bytes_used);
+  EXPECT_EQ(s0.direct_body_bytes - s1.direct_body_bytes, 400u);
+  for (std::size_t i = 0; i < 512; ++i) ASSERT_EQ(r.body[i], i < 112 ? 0x90 : 0xCC) << i;
+  // The entry page's bytes: the kept ones still held, the tail free for later slots.
+  const auto b = reinterpret_cast<std::uintptr_t>(r.body);
+  EXPECT_TRUE(detail::entry_page_byte_used(r.entry));
+  EXPECT_TRUE(detail::entry_page_byte_used(b + 111));
+  EXPECT_FALSE(detail::entry_page_byte_used(b + 112));
+  EXPECT_FALSE(detail::entry_page_byte_used(b + 511));
 }
 
 // Trampolines for the unconstrained and the one-byte-constrained patterns pack into
@@ -212,13 +321,12 @@ TEST(Pool, StaleSnapshotNeverClobbers) {
 // entry_possible() agrees with what the search finds, for every boundary pattern, at a
 // low address (where patterns fixing byte 4 point below address 0) and at a high one.
 TEST(Pool, EntryPossibleAgreesWithReserve) {
-  CodeBlock code;
-  ASSERT_EQ(CodeBlock::allocate(4096, nullptr, &code), crossmod::Status::ok);
-  const std::uintptr_t addrs[] = {std::uintptr_t{0x20000000} + 0x123,
-                                  reinterpret_cast<std::uintptr_t>(code.data()) + 0x40};
   std::size_t impossible = 0;
-  for (std::uintptr_t addr : addrs) {
+  for (bool low : {true, false}) {
     for (unsigned m = 0; m < 16; ++m) {
+      // High: a fresh code address per pattern (test_code_addr).
+      const std::uintptr_t addr = low ? std::uintptr_t{0x20000000} + 0x123 : test_code_addr();
+      ASSERT_NE(addr, 0u);
       const auto mask = static_cast<std::uint8_t>(m << 1);
       detail::Reservation r;
       const Status s = detail::reserve(addr, mask, 64, true, &r, nullptr);
@@ -278,13 +386,11 @@ TEST(Prefix, EntryPossibleLowInMemory) {
 // boundary pattern the prefix admits, a (5+p)-byte jump with 0xCC at every boundary that
 // reaches the entry.
 TEST(Prefix, EveryPrefixedPatternIsSatisfied) {
-  CodeBlock code;
-  ASSERT_EQ(CodeBlock::allocate(4096, nullptr, &code), crossmod::Status::ok);
   for (unsigned p = 1; p <= 3; ++p) {
-    // One code address per p: with all four rel32 bytes fixed a single entry address
-    // qualifies, and addr+p+5+rel for the same rel would overlap across p.
-    const auto addr = reinterpret_cast<std::uintptr_t>(code.data()) + 0x100 * p;
     for (unsigned m = 0; m < 16; ++m) {
+      // One code address per p and pattern (test_code_addr).
+      const std::uintptr_t addr = test_code_addr();
+      ASSERT_NE(addr, 0u);
       const auto full = static_cast<std::uint8_t>((m << 1) << p);
       std::uint8_t rel_mask = 0;
       ASSERT_TRUE(detail::prefixed_mask(full, p, &rel_mask));

@@ -413,10 +413,57 @@ TEST(Tracepoint, PoolAccountsMemory) {
   Prepared p(code.plus());
   const PoolStats s = pool_stats();
   EXPECT_EQ(s.trampolines, s0.trampolines + 1);
-  EXPECT_GT(s.body_bytes_used, s0.body_bytes_used);
-  EXPECT_GE(s.entry_bytes_used, s0.entry_bytes_used + 5);
-  EXPECT_LE(s.entry_bytes_used, s.entry_pages * 4096);
+  // The body sits at the jump's target (direct): no entry slot, no arena bytes, its bytes
+  // (pad, toggle, copies, probe block, literals; trimmed: < 128) in an entry page.
+  EXPECT_EQ(s.direct_bodies, s0.direct_bodies + 1);
+  EXPECT_EQ(s.entry_bytes_used, s0.entry_bytes_used);
+  EXPECT_EQ(s.body_bytes_used, s0.body_bytes_used);
+  EXPECT_GT(s.direct_body_bytes - s0.direct_body_bytes, 8u + 5u);
+  EXPECT_LT(s.direct_body_bytes - s0.direct_body_bytes, 128u + 7u);
+  EXPECT_LE(s.entry_bytes_used + s.direct_body_bytes, s.entry_pages * 4096);
   EXPECT_LE(s.body_bytes_used, s.body_bytes_mapped);
+}
+
+// The function's jump lands on the body: at entry() the pad NOP (none when entry() is
+// 8-aligned), then the toggle slot, enabled (`jmp probe block`) and disabled (8-byte
+// NOP); every call runs one taken jump fewer than through an entry slot.
+TEST(Tracepoint, JumpLandsOnTheBody) {
+  TestCode code;
+  for (const TestFn* f : {&code.sum(), &code.plus()}) {
+    const std::uint64_t want = f == &code.plus() ? TestCode::kK + 3 : TestCode::sum_oracle(3);
+    Prepared p(*f);
+    ASSERT_TRUE(p.tp.prepared());
+    const std::uintptr_t e = p.tp.entry(), body = p.tp.body();
+    ASSERT_EQ(body % 8, 0u);
+    ASSERT_EQ(body - e, (0 - e) & 7) << std::hex << e;
+    const auto* at = reinterpret_cast<const std::uint8_t*>(e);
+    static const std::uint8_t kNops[8][7] = {
+        {},
+        {0x90},
+        {0x66, 0x90},
+        {0x0F, 0x1F, 0x00},
+        {0x0F, 0x1F, 0x40, 0x00},
+        {0x0F, 0x1F, 0x44, 0x00, 0x00},
+        {0x66, 0x0F, 0x1F, 0x44, 0x00, 0x00},
+        {0x0F, 0x1F, 0x80, 0x00, 0x00, 0x00, 0x00}};
+    EXPECT_EQ(std::memcmp(at, kNops[body - e], body - e), 0);
+    const auto* t = reinterpret_cast<const std::uint8_t*>(body);
+    EXPECT_EQ(t[0], 0xE9);  // enabled at prepare
+    ASSERT_EQ(p.tp.install(test_wait()), Status::ok);
+    expect_jump_bytes(p.tp);
+    const std::uint64_t hits0 = g_hits.load();
+    EXPECT_EQ(f->fn()(3, 0), want);
+    ASSERT_EQ(p.tp.disable(), Status::ok);
+    static const std::uint8_t kNop8[8] = {0x0F, 0x1F, 0x84, 0x00, 0x00, 0x00, 0x00, 0x00};
+    EXPECT_EQ(std::memcmp(t, kNop8, 8), 0);
+    const std::uint64_t hits1 = g_hits.load();
+    EXPECT_GT(hits1, hits0);
+    EXPECT_EQ(f->fn()(3, 0), want);
+    EXPECT_EQ(g_hits.load(), hits1);
+    ASSERT_EQ(p.tp.enable(), Status::ok);
+    EXPECT_EQ(t[0], 0xE9);
+    ASSERT_EQ(p.tp.remove(test_wait()), Status::ok);
+  }
 }
 
 // Executors loop through the functions while the tracepoints are installed and removed:

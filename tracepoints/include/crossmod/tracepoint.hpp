@@ -77,12 +77,18 @@ Status analyze(const std::uint8_t* code, std::size_t size, std::uintptr_t addr,
 // Memory used by all trampolines of the process (entry slots must sit at constrained
 // addresses, so entry pages are sparsely used: that is the technique's known cost).
 struct PoolStats {
-  std::size_t entry_pages = 0;       // pages mapped for constrained entry slots
+  std::size_t entry_pages = 0;       // pages mapped at constrained addresses
   std::size_t entry_bytes_used = 0;  // bytes of those pages holding entry slots
-  std::size_t body_bytes_mapped = 0;
-  std::size_t body_bytes_used = 0;
+  std::size_t body_bytes_mapped = 0;  // bytes of the body arenas
+  std::size_t body_bytes_used = 0;    // bytes of those arenas holding bodies
   std::size_t trampolines = 0;
   std::size_t mmap_attempts = 0;  // mmap calls made while searching for entry pages
+  // Bodies placed at the jump's target in an entry page (no entry slot, no arena bytes),
+  // and the bytes of entry pages they hold (their pad NOPs included). So entry_bytes_used
+  // + direct_body_bytes <= entry_pages * 4096; all body bytes: body_bytes_used +
+  // direct_body_bytes.
+  std::size_t direct_bodies = 0;
+  std::size_t direct_body_bytes = 0;
 };
 PoolStats pool_stats() noexcept;
 
@@ -165,7 +171,9 @@ class Tracepoint {
   bool trap_mode() const noexcept { return span_ == 1; }
   std::uintptr_t address() const noexcept { return addr_; }
   const Analysis& analysis() const noexcept { return analysis_; }
-  std::uintptr_t entry() const noexcept { return entry_; }  // the jump's target (0: trap mode)
+  // The jump's target (0: trap mode): an entry slot (`jmp body`), or with a direct body the
+  // body itself, after a pad NOP of 0..7 bytes that 8-aligns the toggle slot.
+  std::uintptr_t entry() const noexcept { return entry_; }
   std::uintptr_t body() const noexcept { return reinterpret_cast<std::uintptr_t>(body_); }
   // The bytes install() writes at address(): jump_len() of them (5..8; 1 in trap mode).
   const std::uint8_t* jump_bytes() const noexcept { return jump_; }
