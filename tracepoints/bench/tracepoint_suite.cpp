@@ -374,10 +374,13 @@ void bm_memory(benchmark::State& st) {
   for (const Tracepoint& t : tps) jump += !t.trap_mode();
   st.counters["tracepoints"] = n;
   st.counters["jump_tracepoints"] = static_cast<double>(jump);
+  // Bodies live in arenas or, direct, in the entry pages (PoolStats): both counted.
+  const double direct_bytes = static_cast<double>(after.direct_body_bytes - before.direct_body_bytes);
   st.counters["body_bytes_per_tracepoint"] =
-      static_cast<double>(after.body_bytes_used - before.body_bytes_used) / n;
+      (static_cast<double>(after.body_bytes_used - before.body_bytes_used) + direct_bytes) / n;
+  st.counters["direct_bodies"] = static_cast<double>(after.direct_bodies - before.direct_bodies);
   st.counters["entry_pages"] = pages;
-  st.counters["entry_bytes_per_page_used"] = pages > 0 ? entry_used / pages : 0;
+  st.counters["entry_bytes_per_page_used"] = pages > 0 ? (entry_used + direct_bytes) / pages : 0;
   st.counters["entry_page_bytes_per_jump_tracepoint"] =
       jump > 0 ? pages * 4096.0 / static_cast<double>(jump) : 0;
   st.counters["mmap_attempts"] = static_cast<double>(after.mmap_attempts - before.mmap_attempts);
