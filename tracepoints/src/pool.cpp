@@ -157,14 +157,22 @@ std::size_t entry_len_for(std::uintptr_t e, std::uintptr_t body) {
                                                                      : enc::kJmpAbsLen;
 }
 
-// First free slot in an existing page whose rel satisfies c.
-bool find_in_page(const EntryPage& pg, std::uintptr_t next_ip, const RelConstraint& c,
-                  std::uintptr_t body, std::uintptr_t* e_out) {
+// The s values (rel32 + 2^31 from next_ip) of page pg's addresses that rel32 can reach:
+// [*s_lo, *s_hi]; false if none.
+bool page_s_range(const EntryPage& pg, std::uintptr_t next_ip, std::uint64_t* s_lo, std::uint64_t* s_hi) {
   const std::int64_t lo_rel = static_cast<std::int64_t>(pg.base - next_ip);
   const std::int64_t hi_rel = lo_rel + static_cast<std::int64_t>(kPage) - 1;
   if (hi_rel < -kTwoGiB || lo_rel >= kTwoGiB) return false;
-  std::uint64_t s = rel_to_s(std::max(lo_rel, -kTwoGiB));
-  const std::uint64_t s_hi = rel_to_s(std::min(hi_rel, kTwoGiB - 1));
+  *s_lo = rel_to_s(std::max(lo_rel, -kTwoGiB));
+  *s_hi = rel_to_s(std::min(hi_rel, kTwoGiB - 1));
+  return true;
+}
+
+// First free slot in an existing page whose rel satisfies c.
+bool find_in_page(const EntryPage& pg, std::uintptr_t next_ip, const RelConstraint& c,
+                  std::uintptr_t body, std::uintptr_t* e_out) {
+  std::uint64_t s = 0, s_hi = 0;
+  if (!page_s_range(pg, next_ip, &s, &s_hi)) return false;
   for (;;) {
     s = next_ge(s, c.mask, c.value);
     if (s == kNone || s > s_hi) return false;
@@ -183,11 +191,8 @@ bool find_in_page(const EntryPage& pg, std::uintptr_t next_ip, const RelConstrai
 bool find_direct_in_page(const EntryPage& pg, std::uintptr_t addr, std::uintptr_t next_ip,
                          const RelConstraint& c, std::size_t body_len, std::uintptr_t* e_out) {
   if (pg.free < body_len) return false;
-  const std::int64_t lo_rel = static_cast<std::int64_t>(pg.base - next_ip);
-  const std::int64_t hi_rel = lo_rel + static_cast<std::int64_t>(kPage) - 1;
-  if (hi_rel < -kTwoGiB || lo_rel >= kTwoGiB) return false;
-  std::uint64_t s = rel_to_s(std::max(lo_rel, -kTwoGiB));
-  const std::uint64_t s_hi = rel_to_s(std::min(hi_rel, kTwoGiB - 1));
+  std::uint64_t s = 0, s_hi = 0;
+  if (!page_s_range(pg, next_ip, &s, &s_hi)) return false;
   for (;;) {
     s = next_ge(s, c.mask, c.value);
     if (s == kNone || s > s_hi) return false;
@@ -413,6 +418,27 @@ Status new_entry_page(Pool& P, std::uintptr_t addr, std::uintptr_t next_ip,
   return Status::no_trampoline_space;
 }
 
+// new_entry_page, with the snapshot read first if it is stale. A stale snapshot may hide
+// a free area that has been unmapped since: when the search skipped anything on the
+// snapshot's word, one more on fresh maps before giving up. (Without a skip, no map could
+// help: no qualifying address exists.)
+Status new_page_on_fresh_maps(Pool& P, std::uintptr_t addr, std::uintptr_t next_ip,
+                              const RelConstraint& c, std::uintptr_t body_at, std::size_t direct_len,
+                              std::uintptr_t* e, EntryPage** page, std::error_code* ec) {
+  bool fresh = false, skipped = false;
+  if (!P.maps_valid) {
+    refresh_maps(P);
+    fresh = true;
+  }
+  Status ps = new_entry_page(P, addr, next_ip, c, body_at, direct_len, &fresh, &skipped, e, page, ec);
+  if (ps == Status::no_trampoline_space && !fresh && skipped) {
+    refresh_maps(P);
+    fresh = true;
+    ps = new_entry_page(P, addr, next_ip, c, body_at, direct_len, &fresh, &skipped, e, page, ec);
+  }
+  return ps;
+}
+
 }  // namespace
 
 bool entry_possible(std::uintptr_t addr, std::uint8_t boundary_mask) noexcept {
@@ -464,19 +490,7 @@ Status reserve(std::uintptr_t addr, std::uint8_t boundary_mask, std::size_t body
           break;
         }
       if (page == nullptr) {
-        // As for entries below: one more search on fresh maps if the snapshot hid space.
-        bool fresh = false, skipped = false;
-        if (!P.maps_valid) {
-          refresh_maps(P);
-          fresh = true;
-        }
-        Status ps = new_entry_page(P, addr, next_ip, c, 0, body_len, &fresh, &skipped, &e,
-                                   &page, ec);
-        if (ps == Status::no_trampoline_space && !fresh && skipped) {
-          refresh_maps(P);
-          fresh = true;
-          ps = new_entry_page(P, addr, next_ip, c, 0, body_len, &fresh, &skipped, &e, &page, ec);
-        }
+        const Status ps = new_page_on_fresh_maps(P, addr, next_ip, c, 0, body_len, &e, &page, ec);
         if (ps == Status::os_error) return ps;
         if (ps != Status::ok) page = nullptr;  // no room for a body: the entry-slot scheme
       }
@@ -534,20 +548,7 @@ Status reserve(std::uintptr_t addr, std::uint8_t boundary_mask, std::size_t body
         break;
       }
     if (page == nullptr) {
-      // A stale snapshot may hide a free area that has been unmapped since: when the
-      // search skipped anything on the snapshot's word, one more on fresh maps before
-      // giving up. (Without a skip, no map could help: no qualifying address exists.)
-      bool fresh = false, skipped = false;
-      if (!P.maps_valid) {
-        refresh_maps(P);
-        fresh = true;
-      }
-      Status ps = new_entry_page(P, addr, next_ip, c, body_at, 0, &fresh, &skipped, &e, &page, ec);
-      if (ps == Status::no_trampoline_space && !fresh && skipped) {
-        refresh_maps(P);
-        fresh = true;
-        ps = new_entry_page(P, addr, next_ip, c, body_at, 0, &fresh, &skipped, &e, &page, ec);
-      }
+      const Status ps = new_page_on_fresh_maps(P, addr, next_ip, c, body_at, 0, &e, &page, ec);
       if (ps != Status::ok) return ps;
     }
 

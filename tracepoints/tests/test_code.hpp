@@ -16,6 +16,18 @@ namespace crossmod::tp::test {
 
 using Fn2 = std::uint64_t (*)(std::uint64_t, std::uint64_t);
 
+// What a direct body's pad must be, by length 0..7: the Intel SDM's recommended multi-byte
+// NOPs (Vol 2B, NOP), written out here independently of the pool's table.
+inline constexpr std::uint8_t kSdmNops[8][7] = {
+    {},
+    {0x90},
+    {0x66, 0x90},
+    {0x0F, 0x1F, 0x00},
+    {0x0F, 0x1F, 0x40, 0x00},
+    {0x0F, 0x1F, 0x44, 0x00, 0x00},
+    {0x66, 0x0F, 0x1F, 0x44, 0x00, 0x00},
+    {0x0F, 0x1F, 0x80, 0x00, 0x00, 0x00, 0x00}};
+
 struct TestFn {
   std::uint8_t* addr = nullptr;   // where the tracepoint goes
   std::uint8_t* entry = nullptr;  // where callers enter (== addr unless mid-function)

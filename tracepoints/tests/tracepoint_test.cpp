@@ -437,16 +437,7 @@ TEST(Tracepoint, JumpLandsOnTheBody) {
     ASSERT_EQ(body % 8, 0u);
     ASSERT_EQ(body - e, (0 - e) & 7) << std::hex << e;
     const auto* at = reinterpret_cast<const std::uint8_t*>(e);
-    static const std::uint8_t kNops[8][7] = {
-        {},
-        {0x90},
-        {0x66, 0x90},
-        {0x0F, 0x1F, 0x00},
-        {0x0F, 0x1F, 0x40, 0x00},
-        {0x0F, 0x1F, 0x44, 0x00, 0x00},
-        {0x66, 0x0F, 0x1F, 0x44, 0x00, 0x00},
-        {0x0F, 0x1F, 0x80, 0x00, 0x00, 0x00, 0x00}};
-    EXPECT_EQ(std::memcmp(at, kNops[body - e], body - e), 0);
+    EXPECT_EQ(std::memcmp(at, test::kSdmNops[body - e], body - e), 0);
     const auto* t = reinterpret_cast<const std::uint8_t*>(body);
     EXPECT_EQ(t[0], 0xE9);  // enabled at prepare
     ASSERT_EQ(p.tp.install(test_wait()), Status::ok);
