@@ -187,10 +187,11 @@ __attribute__((destructor)) void trace_report() {
                static_cast<unsigned long long>(total), t->active ? "" : " (NOT installed)");
   const crossmod::tp::PoolStats ps = crossmod::tp::pool_stats();
   std::fprintf(out,
-               "# trampolines: %zu; entry pages %zu (%zu KiB) holding %zu bytes of entry slots; "
-               "bodies %zu of %zu KiB mapped; %zu mmap attempts\n",
-               ps.trampolines, ps.entry_pages, ps.entry_pages * 4, ps.entry_bytes_used,
-               ps.body_bytes_used, ps.body_bytes_mapped / 1024, ps.mmap_attempts);
+               "# trampolines: %zu (%zu with a direct body); entry pages %zu (%zu KiB) holding %zu "
+               "bytes of entry slots and %zu of direct bodies; arena bodies %zu of %zu KiB mapped; "
+               "%zu mmap attempts\n",
+               ps.trampolines, ps.direct_bodies, ps.entry_pages, ps.entry_pages * 4, ps.entry_bytes_used,
+               ps.direct_body_bytes, ps.body_bytes_used, ps.body_bytes_mapped / 1024, ps.mmap_attempts);
   std::fprintf(out, "%12s  %-4s  %s  %s\n", "calls", "mode", "function", "object");
   for (std::size_t i : order)
     if (c[i] != 0)
