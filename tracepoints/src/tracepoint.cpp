@@ -291,6 +291,10 @@ static Status check_wait(const WaitPolicy& w) noexcept {
   return sync_core_register() == crossmod::Status::ok ? Status::ok : Status::os_error;
 }
 
+bool Tracepoint::in_line() const noexcept {
+  return body_ != nullptr && x86::straddle_split(addr_, span_) == 0;
+}
+
 Status Tracepoint::check_install() const noexcept {
   if (body_ == nullptr || installed_) return Status::bad_state;
   auto* code = reinterpret_cast<const std::uint8_t*>(addr_);
@@ -322,8 +326,11 @@ Status Tracepoint::install_all(std::span<Tracepoint* const> tps, const WaitPolic
 template <class At>
 Status Tracepoint::install_n(std::size_t n, At at, const WaitPolicy& w) noexcept {
   if (const Status s = check_wait(w); s != Status::ok) return s;
-  for (std::size_t i = 0; i < n; ++i)
+  bool straddlers = false;
+  for (std::size_t i = 0; i < n; ++i) {
     if (const Status s = at(i).check_install(); s != Status::ok) return s;
+    straddlers = straddlers || !at(i).in_line();
+  }
   // 0. Redirects for every boundary.
   for (std::size_t i = 0; i < n; ++i) {
     if (const Status s = at(i).set_redirects(); s != Status::ok) {
@@ -331,29 +338,37 @@ Status Tracepoint::install_n(std::size_t n, At at, const WaitPolicy& w) noexcept
       return s;
     }
   }
-  // 1. int3 on every boundary (for b >= 1 this is already the final rel32 byte).
+  if (straddlers) {
+    // 1. int3 on every boundary (for b >= 1 this is already the final rel32 byte).
+    for (std::size_t i = 0; i < n; ++i) {
+      Tracepoint& t = at(i);
+      if (t.in_line()) continue;
+      auto* code = reinterpret_cast<std::uint8_t*>(t.addr_);
+      for (unsigned b = 0; b < t.span_; ++b)
+        if (is_boundary(t.analysis_, b)) x86::store_byte(code + b, x86::kInt3);
+    }
+    // 2.
+    (void)wait(w);
+    // 3. The rest of the jump (rel32, and with prefixes the opcode and the later 0x2E):
+    //    unreachable now, every entry into the range is an int3.
+    for (std::size_t i = 0; i < n; ++i) {
+      Tracepoint& t = at(i);
+      if (t.in_line()) continue;
+      auto* code = reinterpret_cast<std::uint8_t*>(t.addr_);
+      for (unsigned b = 1; b < t.span_; ++b)
+        if (!is_boundary(t.analysis_, b)) x86::store_byte(code + b, t.jump_[b]);
+    }
+    // 4.
+    (void)wait(w);
+  }
+  // 5. Byte 0 over its int3; an in-line jump whole, in one store.
   for (std::size_t i = 0; i < n; ++i) {
     Tracepoint& t = at(i);
     auto* code = reinterpret_cast<std::uint8_t*>(t.addr_);
-    for (unsigned b = 0; b < t.span_; ++b)
-      if (is_boundary(t.analysis_, b)) x86::store_byte(code + b, x86::kInt3);
-  }
-  // 2.
-  (void)wait(w);
-  // 3. The rest of the jump (rel32, and with prefixes the opcode and the later 0x2E):
-  //    unreachable now, every entry into the range is an int3.
-  for (std::size_t i = 0; i < n; ++i) {
-    Tracepoint& t = at(i);
-    auto* code = reinterpret_cast<std::uint8_t*>(t.addr_);
-    for (unsigned b = 1; b < t.span_; ++b)
-      if (!is_boundary(t.analysis_, b)) x86::store_byte(code + b, t.jump_[b]);
-  }
-  // 4.
-  (void)wait(w);
-  // 5.
-  for (std::size_t i = 0; i < n; ++i) {
-    Tracepoint& t = at(i);
-    x86::store_byte(reinterpret_cast<std::uint8_t*>(t.addr_), t.jump_[0]);
+    if (t.in_line())
+      (void)x86::store_locked(code, {t.jump_, t.span_});
+    else
+      x86::store_byte(code, t.jump_[0]);
     t.installed_ = true;
   }
   return Status::ok;
@@ -371,31 +386,43 @@ Status Tracepoint::remove_all(std::span<Tracepoint* const> tps, const WaitPolicy
 template <class At>
 Status Tracepoint::remove_n(std::size_t n, At at, const WaitPolicy& w) noexcept {
   if (const Status s = check_wait(w); s != Status::ok) return s;
-  for (std::size_t i = 0; i < n; ++i)
+  bool straddlers = false;
+  for (std::size_t i = 0; i < n; ++i) {
     if (const Status s = at(i).check_remove(); s != Status::ok) return s;
-  // 1. int3 over byte 0 (jmp opcode or first prefix): every boundary is an int3 again.
-  for (std::size_t i = 0; i < n; ++i) x86::store_byte(reinterpret_cast<std::uint8_t*>(at(i).addr_), x86::kInt3);
-  (void)wait(w);
-  // 2. Original non-boundary bytes (interiors of the replaced instructions).
-  for (std::size_t i = 0; i < n; ++i) {
-    Tracepoint& t = at(i);
-    auto* code = reinterpret_cast<std::uint8_t*>(t.addr_);
-    for (unsigned b = 1; b < t.span_; ++b)
-      if (!is_boundary(t.analysis_, b)) x86::store_byte(code + b, t.original_[b]);
+    straddlers = straddlers || !at(i).in_line();
   }
-  (void)wait(w);
+  if (straddlers) {
+    // 1. int3 over byte 0 (jmp opcode or first prefix): every boundary is an int3 again.
+    for (std::size_t i = 0; i < n; ++i)
+      if (!at(i).in_line()) x86::store_byte(reinterpret_cast<std::uint8_t*>(at(i).addr_), x86::kInt3);
+    (void)wait(w);
+    // 2. Original non-boundary bytes (interiors of the replaced instructions).
+    for (std::size_t i = 0; i < n; ++i) {
+      Tracepoint& t = at(i);
+      if (t.in_line()) continue;
+      auto* code = reinterpret_cast<std::uint8_t*>(t.addr_);
+      for (unsigned b = 1; b < t.span_; ++b)
+        if (!is_boundary(t.analysis_, b)) x86::store_byte(code + b, t.original_[b]);
+    }
+    (void)wait(w);
+  }
   // 3. Original first bytes, last boundary first (any order is correct: each instruction
-  //    is complete behind its int3 since step 2).
+  //    is complete behind its int3 since step 2); an in-line range whole, in one store.
   for (std::size_t i = 0; i < n; ++i) {
     Tracepoint& t = at(i);
     auto* code = reinterpret_cast<std::uint8_t*>(t.addr_);
-    for (unsigned b = t.span_; b-- > 0;)
-      if (is_boundary(t.analysis_, b)) x86::store_byte(code + b, t.original_[b]);
+    if (t.in_line()) {
+      (void)x86::store_locked(code, {t.original_, t.span_});
+    } else {
+      for (unsigned b = t.span_; b-- > 0;)
+        if (is_boundary(t.analysis_, b)) x86::store_byte(code + b, t.original_[b]);
+    }
     t.installed_ = false;
   }
-  // 4. A thread that fetched an int3 before step 3 and traps now finds the redirect
-  //    cleared and the original byte back, and re-executes in place (trap.hpp); one that
-  //    trapped earlier was sent to the trampoline, which stays mapped.
+  // 4. A thread that fetched an int3 (or the jump's 0xCC at a later boundary) before step
+  //    3 and traps now finds the redirect cleared and the original byte back, and
+  //    re-executes in place (trap.hpp); one that trapped earlier was sent to the
+  //    trampoline, which stays mapped.
   for (std::size_t i = 0; i < n; ++i) at(i).clear_redirects();
   return Status::ok;
 }

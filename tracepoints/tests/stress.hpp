@@ -41,8 +41,10 @@ inline StressResult run_stress(std::uint64_t cycles, unsigned executors, bool ba
   if (!low.ok()) return {};
   // shortfn is too short for a jump: a trap-mode tracepoint. sum4 lies below 816 MiB: a
   // 6-byte 0x2E-prefixed jump, with the loop's back edge on its 0xCC.
+  // plus_straddling's jump crosses a line: the int3 protocol with waits; the others are
+  // in-line (one store each).
   const TestFn* fns[] = {&code.sum(), &code.plus(), &code.call(), &code.jcc(), &code.shortfn(),
-                         &low.sum4()};
+                         &low.sum4(), &code.plus_straddling()};
   constexpr std::size_t kN = sizeof fns / sizeof fns[0];
   std::vector<Tracepoint> tps(kN);
   for (std::size_t i = 0; i < kN; ++i) {
@@ -58,7 +60,8 @@ inline StressResult run_stress(std::uint64_t cycles, unsigned executors, bool ba
     threads.emplace_back([&, t] {
       std::uint64_t n = t, local_calls = 0, local_wrong = 0;
       const Fn2 sum = code.sum().fn(), plus = code.plus().fn(), call = code.call().fn(),
-                jcc = code.jcc().fn(), inc32 = code.shortfn().fn(), sum4 = low.sum4().fn();
+                jcc = code.jcc().fn(), inc32 = code.shortfn().fn(), sum4 = low.sum4().fn(),
+                plus_x = code.plus_straddling().fn();
       while (!stop.load(std::memory_order_relaxed)) {
         n = (n + 1) & 7;
         const std::uint64_t k = n + 1;
@@ -67,7 +70,8 @@ inline StressResult run_stress(std::uint64_t cycles, unsigned executors, bool ba
         local_wrong += call(n, 0) != 2 * n + 1;
         local_wrong += jcc(n, 0) != (n == 0 ? 0 : n + 1);
         local_wrong += inc32(n, 0) != n + 1;
-        local_calls += 5;
+        local_wrong += plus_x(n, 0) != TestCode::kK + n;
+        local_calls += 6;
         if (n == 1) {  // one back edge (one trap) per 8 rounds: the others stay hot
           local_wrong += sum4(k, 0) != TestCode::sum_oracle(k);
           ++local_calls;

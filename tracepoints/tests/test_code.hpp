@@ -64,6 +64,13 @@ class TestCode {
     const std::int32_t d = static_cast<std::int32_t>((b + 0x380) - (b + 0x040 + 11));
     std::memcpy(b + 0x040 + 7, &d, 4);
     std::memcpy(b + 0x380, &kK, 8);
+    // The same at 0x23D: its jump straddles the line boundary at 0x240 (3 bytes before,
+    // 2 after), so installing and removing it takes the int3 protocol with its waits
+    // (every other function here starts a line: one in-line store each).
+    plus_straddling_ = put(b + 0x23D, {0x55, 0x48, 0x89, 0xE5, 0x48, 0x8B, 0x05, 0, 0, 0, 0, 0x48,
+                                       0x01, 0xF8, 0x5D, 0xC3});
+    const std::int32_t d2 = static_cast<std::int32_t>((b + 0x380) - (b + 0x23D + 11));
+    std::memcpy(b + 0x23D + 7, &d2, 4);
 
     // twice_plus_one(n) = 2n + 1: a relative call in the replaced range (the callee must
     // return into the original code, at offset 5).
@@ -117,6 +124,7 @@ class TestCode {
 
   const TestFn& sum() const { return sum_; }
   const TestFn& plus() const { return plus_; }
+  const TestFn& plus_straddling() const { return plus_straddling_; }
   const TestFn& call() const { return call_; }
   const TestFn& jcc() const { return jcc_; }
   const TestFn& below() const { return below_; }
@@ -129,7 +137,7 @@ class TestCode {
     return TestFn{at, at, bytes.size()};
   }
   CodeBlock block_;
-  TestFn sum_, plus_, call_, jcc_, below_, xmm_, short_;
+  TestFn sum_, plus_, plus_straddling_, call_, jcc_, below_, xmm_, short_;
 };
 
 // A page below 816 MiB (mmap MAP_FIXED_NOREPLACE, first free 1 MiB step from 256 MiB), or

@@ -457,6 +457,58 @@ TEST(Tracepoint, JumpLandsOnTheBody) {
   }
 }
 
+// A jump inside one cache line is written in one store: install and remove never wait,
+// while a straddling jump waits twice each way (the int3 protocol). The wait is long
+// enough (1e9 ticks, ~0.4 s here) that any wait at all shows in the elapsed ticks.
+TEST(Tracepoint, InLineJumpIsWrittenWithoutWaits) {
+  TestCode code;
+  constexpr std::uint64_t kW = 1'000'000'000;
+  const WaitPolicy w = WaitPolicy::Ticks(kW);
+  Prepared in(code.plus()), across(code.plus_straddling());
+  ASSERT_TRUE(in.tp.in_line());
+  ASSERT_FALSE(across.tp.in_line());
+  const std::uint64_t t0 = x86::rdtsc();
+  ASSERT_EQ(in.tp.install(w), Status::ok);
+  const std::uint64_t t1 = x86::rdtsc();
+  expect_jump_bytes(in.tp);
+  const std::uint64_t h0 = g_hits.load();
+  EXPECT_EQ(code.plus().fn()(7, 0), TestCode::kK + 7);
+  EXPECT_EQ(g_hits.load(), h0 + 1);
+  const std::uint64_t t2 = x86::rdtsc();
+  ASSERT_EQ(in.tp.remove(w), Status::ok);
+  const std::uint64_t t3 = x86::rdtsc();
+  EXPECT_LT(t1 - t0, kW);
+  EXPECT_LT(t3 - t2, kW);
+  EXPECT_EQ(code.plus().addr[0], 0x55);
+  EXPECT_EQ(code.plus().fn()(7, 0), TestCode::kK + 7);
+  EXPECT_EQ(g_hits.load(), h0 + 1);
+
+  const std::uint64_t t4 = x86::rdtsc();
+  ASSERT_EQ(across.tp.install(w), Status::ok);
+  const std::uint64_t t5 = x86::rdtsc();
+  expect_jump_bytes(across.tp);
+  EXPECT_EQ(code.plus_straddling().fn()(7, 0), TestCode::kK + 7);
+  EXPECT_EQ(g_hits.load(), h0 + 2);
+  ASSERT_EQ(across.tp.remove(w), Status::ok);
+  const std::uint64_t t6 = x86::rdtsc();
+  EXPECT_GE(t5 - t4, 2 * kW);
+  EXPECT_GE(t6 - t5, 2 * kW);
+  EXPECT_EQ(code.plus_straddling().addr[0], 0x55);
+  EXPECT_EQ(code.plus_straddling().fn()(7, 0), TestCode::kK + 7);
+
+  // A batch with both waits for the straddler and writes both.
+  std::vector<Tracepoint*> both = {&in.tp, &across.tp};
+  ASSERT_EQ(Tracepoint::install_all(std::span<Tracepoint* const>(both), test_wait()), Status::ok);
+  expect_jump_bytes(in.tp);
+  expect_jump_bytes(across.tp);
+  EXPECT_EQ(code.plus().fn()(1, 0), TestCode::kK + 1);
+  EXPECT_EQ(code.plus_straddling().fn()(1, 0), TestCode::kK + 1);
+  EXPECT_EQ(g_hits.load(), h0 + 4);
+  ASSERT_EQ(Tracepoint::remove_all(std::span<Tracepoint* const>(both), test_wait()), Status::ok);
+  EXPECT_EQ(code.plus().addr[0], 0x55);
+  EXPECT_EQ(code.plus_straddling().addr[0], 0x55);
+}
+
 // Executors loop through the functions while the tracepoints are installed and removed:
 // zero faults (a fault kills the test binary), every result correct.
 TEST(Tracepoint, InstallRemoveUnderExecution) {

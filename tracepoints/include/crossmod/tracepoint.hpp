@@ -146,16 +146,23 @@ class Tracepoint {
   //   4. wait;
   //   5. write byte 0 (the jmp opcode, or the first 0x2E prefix) over its int3.
   // `wait` is the engine's WaitPolicy: Tmax ticks or membarrier SYNC_CORE.
+  // A jump inside one cache line (in_line(): the usual case, functions start 16-aligned)
+  // is written after step 0 in ONE locked in-line store instead, with no int3 and no wait,
+  // like the engine's non-straddling patches: a core fetches the line's old or new bytes,
+  // both complete instructions, and a thread between two replaced instructions meets the
+  // 0xCC the jump holds at that boundary and is redirected (step 0).
   Status install(const WaitPolicy& wait) noexcept;
   // Puts the original bytes back: the reverse (int3 at byte 0, wait, original non-boundary
-  // bytes, wait, original boundary bytes), then clears the redirects. A thread that
-  // trapped before the clear runs the (immortal) trampoline; one that traps after it finds
-  // the original byte back and re-executes in place (trap::redirect_clear).
+  // bytes, wait, original boundary bytes; in_line(): one store), then clears the
+  // redirects. A thread that trapped before the clear runs the (immortal) trampoline; one
+  // that traps after it finds the original byte back and re-executes in place
+  // (trap::redirect_clear).
   Status remove(const WaitPolicy& wait) noexcept;
   // The same protocols for many tracepoints with the waits shared (two per call instead
-  // of two per tracepoint). Every tracepoint is checked first; on a refusal nothing is
-  // written and the first refusal is returned. `wait` is checked up front too
-  // (sync_core not available: os_error), so no protocol stops halfway.
+  // of two per tracepoint; none when every jump is in_line()). Every tracepoint is checked
+  // first; on a refusal nothing is written and the first refusal is returned. `wait` is
+  // checked up front too (sync_core not available: os_error), so no protocol stops
+  // halfway.
   static Status install_all(std::span<Tracepoint> tps, const WaitPolicy& wait) noexcept;
   static Status remove_all(std::span<Tracepoint> tps, const WaitPolicy& wait) noexcept;
   // The same over tracepoints that do not sit in one array (e.g. the probe layer's).
@@ -178,6 +185,9 @@ class Tracepoint {
   // The bytes install() writes at address(): jump_len() of them (5..8; 1 in trap mode).
   const std::uint8_t* jump_bytes() const noexcept { return jump_; }
   std::size_t jump_len() const noexcept { return span_; }
+  // The written bytes lie inside one cache line: install and remove are one store each,
+  // without waits (a prepared tracepoint; false before prepare()).
+  bool in_line() const noexcept;
 
  private:
   std::uintptr_t addr_ = 0;
