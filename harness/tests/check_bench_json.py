@@ -58,7 +58,7 @@ TRACEPOINT_COUNTERS = {
         "direct", "jump_enabled", "jump_disabled", "after_remove", "direct_short",
         "trap_enabled_short")],
     "tracepoint/latency": [f"{op}_ticks_p50" for op in (
-        "install_tmax", "remove_tmax", "enable", "disable")],
+        "install_inline", "remove_inline", "install_tmax", "remove_tmax", "enable", "disable")],
     "tracepoint/memory": ["tracepoints", "body_bytes_per_tracepoint", "entry_pages"],
 }
 

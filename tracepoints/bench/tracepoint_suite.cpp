@@ -11,8 +11,10 @@
 //                       enabled / disabled 5-byte jump (its copy high in memory) and
 //                       with a 6-byte 0x2E-prefixed jump (its copy below 816 MiB, where
 //                       the 5-byte one is impossible). Each alternative has its own copy.
-//   tracepoint/latency  install and remove with membarrier SYNC_CORE waits and with the
-//                       run's Tmax wait, and the probe toggle (disable, enable), per op.
+//   tracepoint/latency  install and remove of a jump inside one cache line (one store,
+//                       no wait) and of a jump straddling a line with membarrier SYNC_CORE
+//                       waits and with the run's Tmax wait, and the probe toggle
+//                       (disable, enable), per op.
 //   tracepoint/memory   the trampoline pool's use for 64 x 2 fresh tracepoints (jump, trap).
 // Why this method for invoke: a call costs a few ns, less than rdtscp, so each alternative
 // is timed over a batch of calls (kBatch, fewer for trap mode at ~us per call) and divided.
@@ -107,7 +109,7 @@ struct LowCopy {
 
 struct CodeCopy {
   CodeBlock block;
-  Code plus, shortfn, load4;
+  Code plus, shortfn, load4, plus_x;
   std::string why;
   bool make() {
     if (const Status s = CodeBlock::allocate(4096, nullptr, &block); s != Status::ok) {
@@ -135,6 +137,11 @@ struct CodeCopy {
     std::memcpy(b + 0x40, short_fn, sizeof short_fn);
     shortfn = {b + 0x40, sizeof short_fn};
     load4 = put_load4(b, 0x80);
+    // plus_k again at 0xFD: its jump straddles the line boundary at 0x100.
+    std::memcpy(b + 0xFD, plus_k, sizeof plus_k);
+    const auto dx = static_cast<std::int32_t>((b + 0x380) - (b + 0xFD + 11));
+    std::memcpy(b + 0xFD + 7, &dx, 4);
+    plus_x = {b + 0xFD, sizeof plus_k};
     return true;
   }
 };
@@ -276,9 +283,10 @@ void bm_invoke(benchmark::State& st, const std::string& name) {
 
 struct LatencyFixture : Fixture {
   CodeCopy code;
-  Tracepoint tp;
+  Tracepoint tp, tp_x;  // plus_k's jump inside a line / straddling one
   ~LatencyFixture() override {
     if (tp.is_installed()) (void)tp.remove(WaitPolicy::None());
+    if (tp_x.is_installed()) (void)tp_x.remove(WaitPolicy::None());
   }
 };
 
@@ -290,10 +298,16 @@ void bm_latency(benchmark::State& st, const std::string& name) {
       why = f->code.why;
       return nullptr;
     }
-    const tp::Status s =
+    tp::Status s =
         Tracepoint::prepare(f->code.plus.addr, f->code.plus.size, empty_probe, nullptr, &f->tp);
+    if (s == tp::Status::ok)
+      s = Tracepoint::prepare(f->code.plus_x.addr, f->code.plus_x.size, empty_probe, nullptr, &f->tp_x);
     if (s != tp::Status::ok) {
       why = fmt::format("prepare: {}", tp::to_string(s));
+      return nullptr;
+    }
+    if (!f->tp.in_line() || f->tp_x.in_line()) {
+      why = "plus_k copies not placed inside / across a line";
       return nullptr;
     }
     return f;
@@ -301,12 +315,15 @@ void bm_latency(benchmark::State& st, const std::string& name) {
   if (!fx) return st.SkipWithError(why.c_str());
   const bool sync_core = sync_core_register() == Status::ok;
   const WaitPolicy tmax = WaitPolicy::Ticks(env().tmax_ticks);
-  enum Op { install_sync_core, remove_sync_core, install_tmax, remove_tmax, disable, enable, kOps };
-  static constexpr const char* kNames[kOps] = {"install_sync_core", "remove_sync_core",
+  enum Op { install_inline, remove_inline, install_sync_core, remove_sync_core, install_tmax, remove_tmax,
+            disable, enable, kOps };
+  static constexpr const char* kNames[kOps] = {"install_inline",    "remove_inline",
+                                               "install_sync_core", "remove_sync_core",
                                                "install_tmax",      "remove_tmax",
                                                "disable",           "enable"};
   std::vector<double> ticks[kOps];
   Tracepoint& t = fx->tp;
+  Tracepoint& tx = fx->tp_x;
   auto timed = [&](Op op, auto&& fn) {
     const std::uint64_t t0 = x86::rdtscp_ordered();
     const tp::Status s = fn();
@@ -314,20 +331,22 @@ void bm_latency(benchmark::State& st, const std::string& name) {
     if (s == tp::Status::ok) ticks[op].push_back(static_cast<double>(t1 - t0));
     return s;
   };
-  // A round: the two wait kinds' install/remove pairs in alternating order, then a
+  // A round: the in-line pair (with the Tmax policy, which it must not use) and the
+  // straddling jump's two wait kinds, in an order rotated from round to round, each with a
   // toggle pair while installed.
   std::uint64_t round = 0, failed = 0;
   for (auto _ : st) {
-    for (int k = 0; k < 2; ++k) {
-      const bool use_sync = ((k + round) % 2 == 0);
-      if (use_sync && !sync_core) continue;
-      const WaitPolicy w = use_sync ? WaitPolicy::SyncCore() : tmax;
-      failed += timed(use_sync ? install_sync_core : install_tmax, [&] { return t.install(w); }) !=
-                tp::Status::ok;
-      failed += timed(disable, [&] { return t.disable(); }) != tp::Status::ok;
-      failed += timed(enable, [&] { return t.enable(); }) != tp::Status::ok;
-      failed += timed(use_sync ? remove_sync_core : remove_tmax, [&] { return t.remove(w); }) !=
-                tp::Status::ok;
+    for (int k = 0; k < 3; ++k) {
+      const int kind = static_cast<int>((k + round) % 3);  // 0 in-line, 1 sync_core, 2 tmax
+      if (kind == 1 && !sync_core) continue;
+      const WaitPolicy w = kind == 1 ? WaitPolicy::SyncCore() : tmax;
+      Tracepoint& x = kind == 0 ? t : tx;
+      const Op in = kind == 0 ? install_inline : kind == 1 ? install_sync_core : install_tmax;
+      const Op out = kind == 0 ? remove_inline : kind == 1 ? remove_sync_core : remove_tmax;
+      failed += timed(in, [&] { return x.install(w); }) != tp::Status::ok;
+      failed += timed(disable, [&] { return x.disable(); }) != tp::Status::ok;
+      failed += timed(enable, [&] { return x.enable(); }) != tp::Status::ok;
+      failed += timed(out, [&] { return x.remove(w); }) != tp::Status::ok;
     }
     ++round;
   }
@@ -340,7 +359,7 @@ void bm_latency(benchmark::State& st, const std::string& name) {
   }
   st.counters["tmax_ticks"] = static_cast<double>(env().tmax_ticks);
   st.counters["rounds"] = static_cast<double>(round);
-  st.SetLabel(sync_core ? "install = 2 waits; ticks per op, median over interleaved rounds"
+  st.SetLabel(sync_core ? "in-line: one store; straddling: 2 waits; ticks per op, median over interleaved rounds"
                         : "no membarrier SYNC_CORE here: Tmax waits only");
 }
 

@@ -238,6 +238,9 @@ Summary compute_summary(const std::map<std::string, benchmark::BenchmarkReporter
           s.term("tracepoint/latency", "enable_ticks_p50"));
   s.ratio("tracepoint install_tmax / (2 x Tmax)", s.term("tracepoint/latency", "install_tmax_ticks_p50"),
           Term{"2 x tmax_ticks", 2.0 * static_cast<double>(env().tmax_ticks)});
+  s.ratio("tracepoint install_inline / enable (toggle)",
+          s.term("tracepoint/latency", "install_inline_ticks_p50"),
+          s.term("tracepoint/latency", "enable_ticks_p50"));
   return s;
 }
 
