@@ -263,6 +263,7 @@ Status attach_tracepoints(const char* pattern, const char* object_pattern, std::
       np.form = Form::tracepoint;
       np.start_active = false;
       np.tracepoint = &t;
+      np.site_len = static_cast<std::uint8_t>(t.jump_len());
       Status rs = Status::ok;
       const std::uint32_t id = register_probe_locked(np, &rs);
       if (id == kNone) {

@@ -92,6 +92,8 @@ struct NewProbe {
   // the site is still private (patchable / manual sites, single-threaded precondition).
   std::uintptr_t call_target = 0;
   void* tracepoint = nullptr;  // Form::tracepoint: the prepared tp::Tracepoint
+  // Bytes written at site: 5 (a call), a tracepoint's jump_len() (5..8; 1 in trap mode).
+  std::uint8_t site_len = 5;
 };
 std::uint32_t register_probe_locked(const NewProbe& np, Status* status) noexcept;
 void set_tail_exit_locked(std::uintptr_t function, std::uint32_t id) noexcept;

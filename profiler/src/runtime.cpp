@@ -858,18 +858,28 @@ void attach_switch_pages() noexcept {
 }
 
 // Tracepoint functions that stay off keep their jump (one store in the trampoline turns
-// them off), and every call pays the detour, which no budget sees (on sqlite3 likely most
-// of the difference between `none` and the sampling policies). With CROSSMOD_PROFILE_RETRACT the
-// daemon removes the jump of the hot ones soon after they switch off and installs them
-// again in one batch before it switches them on (probes::retract_many / install_many: two
-// waits per batch, during which every call of a site being written traps). Hot: at the
-// call rate of its last window, the function would make kRetractCalls calls while off.
-// Daemon-private, one entry per function slot.
+// them off), and every call pays the detour, which no budget sees (on sqlite3 most of the
+// difference between `none` and the sampling policies). So the daemon removes the jump of
+// the hot ones soon after they switch off and installs them again in one batch before it
+// switches them on (probes::retract_many / install_many). A jump inside one cache line
+// (nearly every function entry: they start 16-aligned) is removed and installed in one
+// store each, with no wait and nothing trapping, so that is the default; a straddling jump
+// takes two waits per batch, during which every call of its site traps, and is retracted
+// only with CROSSMOD_PROFILE_RETRACT=1 (=0: no retraction). Hot: at the call rate of its
+// last window, the function would make kRetractCalls calls while off. Daemon-private, one
+// entry per function slot.
 struct Retract {
   std::uint64_t calls = 0, active = 0;  // FuncRecord calls / active_ticks at the last pass
   bool hot = false, retracted = false;
+  std::int8_t in_line = -1;  // the jump lies inside one cache line (-1: not looked up yet)
 };
 constexpr double kRetractCalls = 256;
+enum class RetractMode : std::uint8_t { none, in_line, all };
+RetractMode retract_mode() noexcept {
+  const char* v = std::getenv("CROSSMOD_PROFILE_RETRACT");
+  if (v == nullptr || *v == '\0') return RetractMode::in_line;
+  return std::strcmp(v, "0") == 0 ? RetractMode::none : RetractMode::all;
+}
 
 bool is_tracepoint(const FuncRecord& f) noexcept {
   return f.provider == static_cast<std::uint32_t>(cp::Provider::tracepoint);
@@ -892,7 +902,8 @@ void charge_daemon(std::uint64_t ticks) noexcept {
 
 // After the switch-offs of an epoch: removes the jumps of the hot tracepoint functions
 // that are off.
-void retract_pass(std::vector<Retract>& rs, std::vector<cp::ProbeId>& ids, std::uint64_t epoch_ticks) {
+void retract_pass(std::vector<Retract>& rs, std::vector<cp::ProbeId>& ids, std::uint64_t epoch_ticks,
+                  RetractMode mode) {
   const std::uint64_t nf = std::min<std::uint64_t>(A(g_hdr->nfuncs).load(std::memory_order_acquire), rs.size());
   ids.clear();
   for (std::uint64_t i = 0; i < nf; ++i) {
@@ -910,6 +921,11 @@ void retract_pass(std::vector<Retract>& rs, std::vector<cp::ProbeId>& ids, std::
     r.calls = calls;
     r.active = active;
     if (!r.hot || r.retracted) continue;
+    if (r.in_line < 0) {
+      cp::ProbeInfo pi;
+      r.in_line = cp::info(A(f.entry_probe).load(std::memory_order_acquire), &pi) == cp::Status::ok && pi.split == 0;
+    }
+    if (r.in_line == 0 && mode != RetractMode::all) continue;
     push_probe_ids(f, ids);
     r.retracted = true;
   }
@@ -978,11 +994,13 @@ void* daemon_main(void*) {
   std::uint64_t rotate = 0;
   std::uint64_t jitter = rdtsc() | 1;  // xorshift64 state
   const bool no_jitter = env_set("CROSSMOD_PROFILE_NO_JITTER");
-  // Retraction (CROSSMOD_PROFILE_RETRACT, opt-in: its net effect is not resolved,
-  // profiler/README.md) with --trace and a sampling policy (full keeps everything on, none
-  // never installs). The pass runs an eighth of a tick after the wake.
+  // Retraction (Retract above) with --trace and a sampling policy (full keeps everything
+  // on, none never installs). The pass runs 1/32 of a tick after the wake: the hottest
+  // functions, which it is for, took their samples by then, and until it runs every call
+  // of theirs pays the detour.
+  const RetractMode retract_how = retract_mode();
   const bool retract = g_cfg.trace != nullptr && g_cfg.policy != Policy::full &&
-                       g_cfg.policy != Policy::none && env_set("CROSSMOD_PROFILE_RETRACT");
+                       g_cfg.policy != Policy::none && retract_how != RetractMode::none;
   std::vector<Retract> rs;
   std::vector<cp::ProbeId> ids;
   if (retract) {
@@ -1160,9 +1178,9 @@ void* daemon_main(void*) {
       last_tsc = now;
     }
     if (!rs.empty()) {
-      sleep_until(plus_ns(wake, tick_ns / 8));
+      sleep_until(plus_ns(wake, tick_ns / 32));
       if (g_stopping.load(std::memory_order_relaxed)) break;
-      retract_pass(rs, ids, epoch_ticks);
+      retract_pass(rs, ids, epoch_ticks, retract_how);
     }
     const std::uint64_t daemon_cpu = store_daemon_cpu();
     if (g_cfg.policy == Policy::budget && daemon_cpu > daemon_cpu_last) {

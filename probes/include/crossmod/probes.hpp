@@ -60,7 +60,9 @@ struct ProbeInfo {
   const char* object = nullptr;  // path of the ELF object holding the site; lives forever
   Kind kind = Kind::entry;
   std::uintptr_t site = 0;  // address of the 5-byte site
-  unsigned split = 0;       // site bytes before a cache-line boundary, 0 if inside one
+  // Site bytes before a cache-line boundary, 0 if inside one (a tracepoint: of its jump,
+  // 5..8 bytes; 0 means retract_many / install_many write it in one store, no wait).
+  unsigned split = 0;
   Provider provider = Provider::manual;
   Strategy strategy = Strategy::callpatch;
   bool active = false;
@@ -130,7 +132,8 @@ Status deactivate_many(const ProbeId* ids, std::size_t n) noexcept;
 // whose probes are all off (the function runs its own code again); the next activation
 // installs it again. install_many installs the listed sites that are not installed, with
 // their probes still off, so that activating them is one store each. Each is one batch:
-// two waits for all the sites. `removed` (optional): sites whose jump was removed.
+// two waits for all the sites, none when every listed jump lies inside one cache line
+// (ProbeInfo::split 0: one store each). `removed` (optional): sites whose jump was removed.
 Status retract_many(const ProbeId* ids, std::size_t n, std::size_t* removed = nullptr) noexcept;
 Status install_many(const ProbeId* ids, std::size_t n) noexcept;
 
