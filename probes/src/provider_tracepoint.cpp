@@ -73,13 +73,6 @@ Status from_tp(tp::Status s) noexcept {
   }
 }
 
-// SYNC_CORE is the kernel's guarantee; the Tmax wait is the engine's calibrated bound
-// (measured to tear now and then on some VMs), used only where membarrier is missing.
-WaitPolicy install_wait() noexcept {
-  if (sync_core_register() == crossmod::Status::ok) return WaitPolicy::SyncCore();
-  return WaitPolicy::Ticks(wait_ticks());
-}
-
 // Functions whose return address cannot be redirected: those that store it (setjmp,
 // vfork, getcontext: a later longjmp / second return would reach the exit trampoline
 // without a frame), and entry points with no ordinary return address at [rsp] or with a
@@ -127,6 +120,13 @@ Probe& owner_of(Probe& p) noexcept {
 }  // namespace
 
 namespace detail {
+
+// SYNC_CORE is the kernel's guarantee; the Tmax wait is the engine's calibrated bound
+// (measured to tear now and then on some VMs), used only where membarrier is missing.
+WaitPolicy install_wait() noexcept {
+  if (sync_core_register() == crossmod::Status::ok) return WaitPolicy::SyncCore();
+  return WaitPolicy::Ticks(wait_ticks());
+}
 
 Status tracepoint_set_code(Probe& owner, bool on) noexcept {
   auto* t = static_cast<tp::Tracepoint*>(owner.tracepoint);

@@ -119,6 +119,16 @@ Status tracepoint_install_batch(const ProbeId* ids, std::size_t n) noexcept;
 // Removes together (two waits for all) the installed tracepoints among the code owners of
 // `ids` whose probes are all off; owners' locks held. `removed`: how many.
 Status tracepoint_remove_batch(const ProbeId* ids, std::size_t n, std::size_t* removed) noexcept;
+// pthread_cancel's unwind (unwind_interpose.cpp): a tracepoint on libgcc_s's
+// _Unwind_ForcedUnwind writes the unwinding thread's redirected frames back. Made by the
+// first call (the first pthread_cancel), which returns how that went; later calls return
+// the same at once.
+enum class ForcedUnwindHook : int { hooked = 1, no_libgcc = 2, refused = 3 };
+ForcedUnwindHook hook_forced_unwind() noexcept;
+
+// The wait of tracepoint installs and removals: membarrier SYNC_CORE where the kernel has
+// it, else the Tmax wait (wait_ticks()).
+WaitPolicy install_wait() noexcept;
 
 // Per-thread state of the hooks: a recursion guard and the shadow stack of entry
 // timestamps for exit probes. Initial-exec TLS: no allocation on first touch (the

@@ -17,18 +17,33 @@
 // through were written back when the unwind started, and any frame entered since has
 // returned. pthread_exit is interposed too: glibc's forced unwind calls libgcc through a
 // handle of its own (dlopen of libgcc_s), which no interposition of _Unwind_ForcedUnwind
-// reaches, but pthread_exit itself is called through the PLT. pthread_cancel is NOT
-// covered: its unwind starts inside libc at a cancellation point (see probes/README.md).
+// reaches, but pthread_exit itself is called through the PLT.
+//
+// pthread_cancel: the cancelled thread's unwind starts inside libc, at a cancellation
+// point or in the cancellation signal's handler, and reaches libgcc_s's
+// _Unwind_ForcedUnwind through that private handle. So the first pthread_cancel (called
+// through the PLT, interposed here) puts a tracepoint on libgcc_s's _Unwind_ForcedUnwind
+// itself, whose probe writes the unwinding thread's frames back before libgcc walks them
+// (pthread_exit's forced unwind passes there too; the second write-back finds nothing).
+// If that tracepoint cannot be made (libgcc_s missing, the relocator refuses the entry,
+// another tracepoint owns it), cancellation stays as before: the unwind stops at the first
+// redirected frame and the destructors above it do not run (probes/README.md).
 //
 // Not on the invocation path: runs once per throw, touches only this thread's TLS and
-// stack, does not allocate (dlsym is resolved by the library constructor).
+// stack, does not allocate (dlsym is resolved by the library constructor). The hook's
+// set-up runs once, in the first pthread_cancel.
 #include <dlfcn.h>
+#include <link.h>
+#include <pthread.h>
 #include <unistd.h>
 #include <unwind.h>
 
 #include <atomic>
 #include <cstdlib>
 
+#include "crossmod/tracepoint.hpp"
+#include "crossmod/x86.hpp"
+#include "objects.hpp"
 #include "registry.hpp"
 
 
@@ -43,6 +58,8 @@ std::atomic<RaiseFn> g_raise{nullptr};
 std::atomic<RaiseFn> g_rethrow{nullptr};
 
 std::atomic<ExitFn> g_pthread_exit{nullptr};
+using CancelFn = int (*)(pthread_t);
+std::atomic<CancelFn> g_pthread_cancel{nullptr};
 
 template <class Fn>
 Fn next(std::atomic<Fn>& cache, const char* name) noexcept {
@@ -63,6 +80,7 @@ __attribute__((constructor)) void resolve_unwinder() {
   (void)next(g_raise, "_Unwind_RaiseException");
   (void)next(g_rethrow, "_Unwind_Resume_or_Rethrow");
   (void)next(g_pthread_exit, "pthread_exit");
+  (void)next(g_pthread_cancel, "pthread_cancel");
 }
 
 // Writes this thread's redirected return addresses back; empties its redirection stack.
@@ -82,7 +100,51 @@ __attribute__((noinline)) void unredirect_thread_frames() noexcept {
   }
 }
 
+// The probe of the tracepoint on _Unwind_ForcedUnwind (see the top of this file).
+void on_forced_unwind(void*) noexcept { unredirect_thread_frames(); }
+
+// 0: not tried yet; then ForcedUnwindHook's value, for the life of the process.
+std::atomic<int> g_forced_unwind_hook{0};
+std::mutex g_forced_unwind_mutex;
+
+int hook_forced_unwind_once() noexcept {
+  // The loader's calls first, without the registry mutex (objects.hpp). glibc's cancel
+  // path loads the same soname, so this is the object its handle reaches.
+  void* h = dlopen("libgcc_s.so.1", RTLD_NOW | RTLD_NODELETE);
+  void* fn = h != nullptr ? dlsym(h, "_Unwind_ForcedUnwind") : nullptr;
+  Dl_info info{};
+  void* extra = nullptr;  // RTLD_DL_SYMENT: the symbol's const ElfW(Sym)*
+  if (fn == nullptr || dladdr1(fn, &info, &extra, RTLD_DL_SYMENT) == 0 || extra == nullptr)
+    return static_cast<int>(ForcedUnwindHook::no_libgcc);
+  const auto* sym = static_cast<const ElfW(Sym)*>(extra);
+  pin_requested_objects();
+  std::lock_guard<std::mutex> lock(registry_mutex());
+  Segment* seg = nullptr;
+  const auto a = reinterpret_cast<std::uintptr_t>(fn);
+  if (object_for_code(a, x86::kCallLen, &seg) == nullptr || ensure_writable(seg) != Status::ok)
+    return static_cast<int>(ForcedUnwindHook::refused);
+  static tp::Tracepoint tp;  // immortal, like every trampoline
+  if (tp::Tracepoint::prepare(fn, static_cast<std::size_t>(sym->st_size), on_forced_unwind, nullptr,
+                              &tp) != tp::Status::ok ||
+      tp.install(install_wait()) != tp::Status::ok)
+    return static_cast<int>(ForcedUnwindHook::refused);
+  return static_cast<int>(ForcedUnwindHook::hooked);
+}
+
 }  // namespace
+
+ForcedUnwindHook hook_forced_unwind() noexcept {
+  int v = g_forced_unwind_hook.load(std::memory_order_acquire);
+  if (v == 0) {
+    std::lock_guard<std::mutex> lock(g_forced_unwind_mutex);
+    v = g_forced_unwind_hook.load(std::memory_order_relaxed);
+    if (v == 0) {
+      v = hook_forced_unwind_once();
+      g_forced_unwind_hook.store(v, std::memory_order_release);
+    }
+  }
+  return static_cast<ForcedUnwindHook>(v);
+}
 
 }  // namespace crossmod::probes::detail
 
@@ -106,4 +168,11 @@ extern "C" [[noreturn]] void pthread_exit(void* value) {
   unredirect_thread_frames();
   real(value);
   __builtin_unreachable();
+}
+
+extern "C" int pthread_cancel(pthread_t thread) {
+  using namespace crossmod::probes::detail;
+  const CancelFn real = next(g_pthread_cancel, "pthread_cancel");
+  (void)hook_forced_unwind();
+  return real(thread);
 }

@@ -268,4 +268,32 @@ TEST(PatchableExit, PthreadExitUnwindsThroughRedirectedFrames) {
   ASSERT_EQ(cp::deactivate(exit), cp::Status::ok);
 }
 
+void cancel_thread() {
+  pthread_cancel(pthread_self());
+  pthread_testcancel();
+}
+
+// pthread_cancel's forced unwind starts inside libc and reaches libgcc_s through glibc's
+// own handle; the tracepoint on _Unwind_ForcedUnwind (unwind_interpose.cpp) writes the
+// frames back first: every destructor runs, as with pthread_exit (without it the unwind
+// stops at the first redirected frame).
+TEST(PatchableExit, PthreadCancelUnwindsThroughRedirectedFrames) {
+  const cp::ProbeId exit = probe_for(reinterpret_cast<std::uintptr_t>(&workload::pfe_exc), cp::Kind::exit);
+  const cp::ProbeId work_exit =
+      probe_for(reinterpret_cast<std::uintptr_t>(&workload::pfe_cleanup_work), cp::Kind::exit);
+  ASSERT_EQ(cp::activate(exit, on_exc_exit), cp::Status::ok);
+  ASSERT_EQ(cp::activate(work_exit, on_work_exit), cp::Status::ok);
+  for (int round = 0; round < 3; ++round) {  // the first cancel makes the hook, later ones use it
+    workload::cleanups() = 0;
+    g_work_exits = 0;
+    std::thread t([] { (void)workload::pfe_exc(5, 2, workload::kReturn, cancel_thread); });
+    t.join();
+    EXPECT_EQ(workload::cleanups(), 6u) << round;
+    EXPECT_EQ(g_work_exits, 6u) << round;
+  }
+  expect_exit_probes_work();
+  ASSERT_EQ(cp::deactivate(work_exit), cp::Status::ok);
+  ASSERT_EQ(cp::deactivate(exit), cp::Status::ok);
+}
+
 }  // namespace
