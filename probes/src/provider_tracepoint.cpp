@@ -97,6 +97,18 @@ bool on_trap_path(const tp::ElfFunction& f) noexcept {
   return f.object.compare(slash == std::string::npos ? 0 : slash + 1, 3, "ld-") == 0;
 }
 
+// GCC's hot/cold splitting: `f.cold` (or `f.cold.N`) is the unlikely part of f, a local
+// FUNC symbol that f's code jumps into, never calls. Its "entry" is no call, and at it
+// [rsp] is a local of f, not a return address: an exit probe would overwrite it.
+bool is_cold_fragment(const std::string& raw) noexcept {
+  const std::size_t dot = raw.rfind(".cold");
+  if (dot == std::string::npos || dot == 0) return false;
+  const std::size_t rest = dot + 5;
+  if (rest == raw.size()) return true;
+  if (raw[rest] != '.' || rest + 1 == raw.size()) return false;
+  return raw.find_first_not_of("0123456789", rest + 1) == std::string::npos;
+}
+
 std::string demangled(const std::string& raw) {
   if (raw.rfind("_Z", 0) != 0) return raw;
   int rc = 0;
@@ -234,6 +246,12 @@ Status attach_tracepoints(const char* pattern, const char* object_pattern, std::
       if (on_trap_path(f)) {
         g_tp->refusals.push_back({f.addr, intern(name), intern(f.object),
                                   "on the SIGTRAP handler's path", false});
+        ++n_refused;
+        continue;
+      }
+      if (is_cold_fragment(f.name)) {
+        g_tp->refusals.push_back({f.addr, intern(name), intern(f.object),
+                                  "not a function entry (a .cold fragment)", false});
         ++n_refused;
         continue;
       }

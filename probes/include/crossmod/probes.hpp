@@ -161,7 +161,8 @@ struct TracepointRefusal {
   const char* reason = nullptr;  // a tp::Status name ("too_short", ...), or for a function
                                  // probed without exit probe "exit: return address not
                                  // redirectable" (setjmp-like, ld.so stubs, _start: see
-                                 // provider_tracepoint.cpp)
+                                 // provider_tracepoint.cpp), "on the SIGTRAP handler's
+                                 // path", "not a function entry (a .cold fragment)"
   bool entry_probe = false;      // true: the entry probe exists, only the exit probe was refused
 };
 // Copies up to `capacity` refusals (oldest first) into `out` (may be null when capacity is
