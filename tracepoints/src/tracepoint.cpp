@@ -291,6 +291,13 @@ static Status check_wait(const WaitPolicy& w) noexcept {
   return sync_core_register() == crossmod::Status::ok ? Status::ok : Status::os_error;
 }
 
+// The bytes of the written range that are not instruction boundaries, from `bytes`.
+void Tracepoint::store_interior(const std::uint8_t* bytes) noexcept {
+  auto* code = reinterpret_cast<std::uint8_t*>(addr_);
+  for (unsigned b = 1; b < span_; ++b)
+    if (!is_boundary(analysis_, b)) x86::store_byte(code + b, bytes[b]);
+}
+
 bool Tracepoint::in_line() const noexcept {
   return body_ != nullptr && x86::straddle_split(addr_, span_) == 0;
 }
@@ -351,13 +358,8 @@ Status Tracepoint::install_n(std::size_t n, At at, const WaitPolicy& w) noexcept
     (void)wait(w);
     // 3. The rest of the jump (rel32, and with prefixes the opcode and the later 0x2E):
     //    unreachable now, every entry into the range is an int3.
-    for (std::size_t i = 0; i < n; ++i) {
-      Tracepoint& t = at(i);
-      if (t.in_line()) continue;
-      auto* code = reinterpret_cast<std::uint8_t*>(t.addr_);
-      for (unsigned b = 1; b < t.span_; ++b)
-        if (!is_boundary(t.analysis_, b)) x86::store_byte(code + b, t.jump_[b]);
-    }
+    for (std::size_t i = 0; i < n; ++i)
+      if (!at(i).in_line()) at(i).store_interior(at(i).jump_);
     // 4.
     (void)wait(w);
   }
@@ -397,13 +399,8 @@ Status Tracepoint::remove_n(std::size_t n, At at, const WaitPolicy& w) noexcept 
       if (!at(i).in_line()) x86::store_byte(reinterpret_cast<std::uint8_t*>(at(i).addr_), x86::kInt3);
     (void)wait(w);
     // 2. Original non-boundary bytes (interiors of the replaced instructions).
-    for (std::size_t i = 0; i < n; ++i) {
-      Tracepoint& t = at(i);
-      if (t.in_line()) continue;
-      auto* code = reinterpret_cast<std::uint8_t*>(t.addr_);
-      for (unsigned b = 1; b < t.span_; ++b)
-        if (!is_boundary(t.analysis_, b)) x86::store_byte(code + b, t.original_[b]);
-    }
+    for (std::size_t i = 0; i < n; ++i)
+      if (!at(i).in_line()) at(i).store_interior(at(i).original_);
     (void)wait(w);
   }
   // 3. Original first bytes, last boundary first (any order is correct: each instruction

@@ -212,6 +212,7 @@ class Tracepoint {
   Status check_install() const noexcept;
   Status check_remove() const noexcept;
   Status set_redirects() noexcept;
+  void store_interior(const std::uint8_t* bytes) noexcept;
   void clear_redirects() noexcept;
 };
 
