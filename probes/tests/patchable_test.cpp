@@ -249,44 +249,24 @@ TEST(PatchableExit, ExceptionsUnwindThroughRedirectedFrames) {
 
 void exit_thread() { pthread_exit(nullptr); }
 
-// pthread_exit is a forced unwind through the same frames: every destructor runs, the
-// thread ends, and the exit probes still work on the next calls.
-TEST(PatchableExit, PthreadExitUnwindsThroughRedirectedFrames) {
-  const cp::ProbeId exit = probe_for(reinterpret_cast<std::uintptr_t>(&workload::pfe_exc), cp::Kind::exit);
-  const cp::ProbeId work_exit =
-      probe_for(reinterpret_cast<std::uintptr_t>(&workload::pfe_cleanup_work), cp::Kind::exit);
-  ASSERT_EQ(cp::activate(exit, on_exc_exit), cp::Status::ok);
-  ASSERT_EQ(cp::activate(work_exit, on_work_exit), cp::Status::ok);
-  workload::cleanups() = 0;
-  g_work_exits = 0;
-  std::thread t([] { (void)workload::pfe_exc(5, 2, workload::kReturn, exit_thread); });
-  t.join();
-  EXPECT_EQ(workload::cleanups(), 6u);
-  EXPECT_EQ(g_work_exits, 6u);
-  expect_exit_probes_work();
-  ASSERT_EQ(cp::deactivate(work_exit), cp::Status::ok);
-  ASSERT_EQ(cp::deactivate(exit), cp::Status::ok);
-}
-
 void cancel_thread() {
   pthread_cancel(pthread_self());
   pthread_testcancel();
 }
 
-// pthread_cancel's forced unwind starts inside libc and reaches libgcc_s through glibc's
-// own handle; the tracepoint on _Unwind_ForcedUnwind (unwind_interpose.cpp) writes the
-// frames back first: every destructor runs, as with pthread_exit (without it the unwind
-// stops at the first redirected frame).
-TEST(PatchableExit, PthreadCancelUnwindsThroughRedirectedFrames) {
+// A thread that ends by `leave` (a forced unwind) inside pfe_exc's 5 redirected frames,
+// `rounds` times: every destructor runs (each cleanup's probed call fires its exit), the
+// thread ends, and the exit probes still work on the next calls.
+void expect_forced_unwind_runs_every_cleanup(void (*leave)(), int rounds) {
   const cp::ProbeId exit = probe_for(reinterpret_cast<std::uintptr_t>(&workload::pfe_exc), cp::Kind::exit);
   const cp::ProbeId work_exit =
       probe_for(reinterpret_cast<std::uintptr_t>(&workload::pfe_cleanup_work), cp::Kind::exit);
   ASSERT_EQ(cp::activate(exit, on_exc_exit), cp::Status::ok);
   ASSERT_EQ(cp::activate(work_exit, on_work_exit), cp::Status::ok);
-  for (int round = 0; round < 3; ++round) {  // the first cancel makes the hook, later ones use it
+  for (int round = 0; round < rounds; ++round) {
     workload::cleanups() = 0;
     g_work_exits = 0;
-    std::thread t([] { (void)workload::pfe_exc(5, 2, workload::kReturn, cancel_thread); });
+    std::thread t([leave] { (void)workload::pfe_exc(5, 2, workload::kReturn, leave); });
     t.join();
     EXPECT_EQ(workload::cleanups(), 6u) << round;
     EXPECT_EQ(g_work_exits, 6u) << round;
@@ -294,6 +274,19 @@ TEST(PatchableExit, PthreadCancelUnwindsThroughRedirectedFrames) {
   expect_exit_probes_work();
   ASSERT_EQ(cp::deactivate(work_exit), cp::Status::ok);
   ASSERT_EQ(cp::deactivate(exit), cp::Status::ok);
+}
+
+// pthread_exit is a forced unwind through the same frames.
+TEST(PatchableExit, PthreadExitUnwindsThroughRedirectedFrames) {
+  expect_forced_unwind_runs_every_cleanup(exit_thread, 1);
+}
+
+// pthread_cancel's forced unwind starts inside libc and reaches libgcc_s through glibc's
+// own handle; the tracepoint on _Unwind_ForcedUnwind (unwind_interpose.cpp) writes the
+// frames back first (without it the unwind stops at the first redirected frame: 1 of 6
+// cleanups). Three rounds: the first cancel makes the hook, later ones use it.
+TEST(PatchableExit, PthreadCancelUnwindsThroughRedirectedFrames) {
+  expect_forced_unwind_runs_every_cleanup(cancel_thread, 3);
 }
 
 }  // namespace
