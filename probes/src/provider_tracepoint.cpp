@@ -184,7 +184,7 @@ Status tracepoint_remove_batch(const ProbeId* ids, std::size_t n, std::size_t* r
       if (o.active.load(std::memory_order_acquire) || o.code_on) continue;
       if (o.partner < kMaxProbes && probe(o.partner).active.load(std::memory_order_acquire)) continue;
       auto* t = static_cast<tp::Tracepoint*>(o.tracepoint);
-      if (t->is_installed() && !t->trap_mode()) todo.push_back(t);
+      if (t->is_installed()) todo.push_back(t);  // trap mode too: off, its int3 still traps
     }
     std::sort(todo.begin(), todo.end());
     todo.erase(std::unique(todo.begin(), todo.end()), todo.end());

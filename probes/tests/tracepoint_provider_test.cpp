@@ -303,6 +303,21 @@ TEST(TracepointProvider, TrapModeAndJumpOnlyRefusal) {
   ASSERT_EQ(cp::deactivate(exit), cp::Status::ok);
   for (std::uint64_t x = 0; x < 10; ++x) ASSERT_EQ(tpx_short(x), x + 1);
   EXPECT_EQ(calls(entry) - e0, 200u);
+  // Off, the int3 still traps every call: retract_many takes it out (one byte), and the
+  // next activation puts it back.
+  const auto first_byte = [] { return *reinterpret_cast<const volatile std::uint8_t*>(&tpx_short); };
+  EXPECT_EQ(first_byte(), 0xCC);
+  const cp::ProbeId both[] = {entry, exit};
+  std::size_t removed = 0;
+  ASSERT_EQ(cp::retract_many(both, 2, &removed), cp::Status::ok);
+  EXPECT_EQ(removed, 1u);
+  EXPECT_NE(first_byte(), 0xCC);
+  for (std::uint64_t x = 0; x < 10; ++x) ASSERT_EQ(tpx_short(x), x + 1);
+  ASSERT_EQ(cp::activate(entry, count_fn), cp::Status::ok);
+  EXPECT_EQ(first_byte(), 0xCC);
+  ASSERT_EQ(tpx_short(5), 6u);
+  EXPECT_EQ(calls(entry) - e0, 201u);
+  ASSERT_EQ(cp::deactivate(entry), cp::Status::ok);
 }
 
 }  // namespace

@@ -128,8 +128,9 @@ Status deactivate_many(const ProbeId* ids, std::size_t n) noexcept;
 
 // Tracepoint sites only (others are left alone): a tracepoint is installed at its first
 // activation and then switched by one store in its trampoline, so an off function's calls
-// still take the trampoline's detour. retract_many removes the jump of every listed site
-// whose probes are all off (the function runs its own code again); the next activation
+// still take the trampoline's detour (a trap-mode site: its int3, a signal per call).
+// retract_many removes the jump (or int3) of every listed site whose probes are all off
+// (the function runs its own code again); the next activation
 // installs it again. install_many installs the listed sites that are not installed, with
 // their probes still off, so that activating them is one store each. Each is one batch:
 // two waits for all the sites, none when every listed jump lies inside one cache line
