@@ -117,18 +117,22 @@ int hook_forced_unwind_once() noexcept {
   if (fn == nullptr || dladdr1(fn, &info, &extra, RTLD_DL_SYMENT) == 0 || extra == nullptr)
     return static_cast<int>(ForcedUnwindHook::no_libgcc);
   const auto* sym = static_cast<const ElfW(Sym)*>(extra);
+  ForcedUnwindHook result = ForcedUnwindHook::refused;
+  {
+    std::lock_guard<std::mutex> lock(registry_mutex());
+    Segment* seg = nullptr;
+    const auto a = reinterpret_cast<std::uintptr_t>(fn);
+    static tp::Tracepoint tp;  // immortal, like every trampoline
+    if (object_for_code(a, x86::kCallLen, &seg) != nullptr && ensure_writable(seg) == Status::ok &&
+        tp::Tracepoint::prepare(fn, static_cast<std::size_t>(sym->st_size), on_forced_unwind, nullptr,
+                                &tp) == tp::Status::ok &&
+        tp.install(install_wait()) == tp::Status::ok)
+      result = ForcedUnwindHook::hooked;
+  }
+  // object_for_code queued libgcc_s for pinning; that takes the loader lock, so only now,
+  // without the registry mutex (RTLD_NODELETE above already keeps it mapped).
   pin_requested_objects();
-  std::lock_guard<std::mutex> lock(registry_mutex());
-  Segment* seg = nullptr;
-  const auto a = reinterpret_cast<std::uintptr_t>(fn);
-  if (object_for_code(a, x86::kCallLen, &seg) == nullptr || ensure_writable(seg) != Status::ok)
-    return static_cast<int>(ForcedUnwindHook::refused);
-  static tp::Tracepoint tp;  // immortal, like every trampoline
-  if (tp::Tracepoint::prepare(fn, static_cast<std::size_t>(sym->st_size), on_forced_unwind, nullptr,
-                              &tp) != tp::Status::ok ||
-      tp.install(install_wait()) != tp::Status::ok)
-    return static_cast<int>(ForcedUnwindHook::refused);
-  return static_cast<int>(ForcedUnwindHook::hooked);
+  return static_cast<int>(result);
 }
 
 }  // namespace
