@@ -1,5 +1,6 @@
 // A small multi-threaded program for the profiler's tests, built with
-// -finstrument-functions (prof_mt_cyg) and -fpatchable-function-entry=5 (prof_mt_pfe).
+// -finstrument-functions (prof_mt_cyg) and -fpatchable-function-entry=5 (prof_mt_pfe), and
+// without either (prof_mt_plain, for --trace).
 //   prof_mt_X THREADS CALLS [exit|_exit|signal|exec|fork]
 // Main calls leaf_a() and leaf_b() once, then each thread calls leaf_a() CALLS times and
 // leaf_b() CALLS/4 times; the program prints the

@@ -385,6 +385,56 @@ TEST(ProfileTrace, OutcomeIsANote) {
   EXPECT_TRUE(noted) << j["notes"].dump();
 }
 
+// Retraction, on a program where it must happen: leaf_a and leaf_b are called millions of
+// times a second for ~1 s (100 epochs), so under paper each switch-on takes its 10 samples
+// within microseconds and the function is off and hot at the pass 1/32 tick later. Each
+// retraction mode: default (jumps inside one line), 1 (all), 0 (none). The counts never
+// exceed the program's own, whatever the jumps did meanwhile. (trace_smoke.sh runs the
+// same on sqlite3, where how many functions get hot and off in a pass varies run to run.)
+TEST(ProfileTrace, HotFunctionsLoseTheirJumpWhileOff) {
+  for (const char* mode : {"", "1", "0"}) {
+    const std::string env = *mode != '\0' ? std::string("CROSSMOD_PROFILE_RETRACT=") + mode : "";
+    const Outcome r = crossmod(std::string("retract-") + (*mode != '\0' ? mode : "default"),
+                               std::string("--quiet --policy paper --trace '*::leaf_[ab](*' -- ") + PROF_MT_PLAIN + " 1 4000000",
+                               true, env);
+    ASSERT_EQ(r.status, 0) << r.err;
+    const auto t = truth(r.out);
+    const json j = report(r);
+    for (const auto& [name, key] : {std::pair{kLeafA, "leaf_a"}, std::pair{kLeafB, "leaf_b"}}) {
+      const json* f = function(j, name);
+      ASSERT_NE(f, nullptr) << name << " " << j["notes"].dump();
+      EXPECT_EQ((*f)["provider"], "tracepoint");
+      EXPECT_GE((*f)["samples"].get<unsigned long>(), 1u) << name;
+      EXPECT_LE((*f)["calls_observed"].get<unsigned long>(), t.at(key)) << name;
+    }
+    const unsigned long retracts = j["overhead"]["retracts"];
+    if (std::string(mode) == "0")
+      EXPECT_EQ(retracts, 0u);
+    else
+      EXPECT_GE(retracts, 2u) << "mode '" << mode << "'";  // each leaf at least once
+    for (const json& n : j["notes"]) EXPECT_EQ(n.get<std::string>().find("toggles failed"), std::string::npos) << n;
+  }
+}
+
+// converge removes a converged function's jump once, for good: with a wide target both
+// leaves converge within ~5 epochs of this ~1 s run (retraction of hot off functions
+// disabled, so every removal is a converged one).
+TEST(ProfileTrace, ConvergedFunctionsLoseTheirJump) {
+  const Outcome r = crossmod("retract-converge",
+                             std::string("--quiet --policy converge --ci 100% --trace '*::leaf_[ab](*' -- ") + PROF_MT_PLAIN +
+                                 " 1 4000000",
+                             true, "CROSSMOD_PROFILE_RETRACT=0");
+  ASSERT_EQ(r.status, 0) << r.err;
+  const json j = report(r);
+  for (const char* name : {kLeafA, kLeafB}) {
+    const json* f = function(j, name);
+    ASSERT_NE(f, nullptr) << name;
+    EXPECT_TRUE((*f)["converged"].get<bool>()) << name;
+  }
+  // each leaf has one tracepoint, and nothing else is traced
+  EXPECT_EQ(j["overhead"]["retracts"].get<unsigned long>(), 2u);
+}
+
 TEST(ProfileBadInput, ExitsTwoAndWritesNothing) {
   const std::string prog = PROF_MT_CYG;
   const std::string bad_metrics = (fs::temp_directory_path() / ("crossmod-bad-" + std::to_string(getpid()) + ".toml")).string();

@@ -49,8 +49,11 @@ check "$out/sqlite/profile.json" sqlite3_ 10
 
 # Retraction (the default for jumps inside one cache line): under paper the daemon removes
 # the jumps of hot functions while they are off and installs them again; the output stays
-# exact and the report counts the removals. CROSSMOD_PROFILE_RETRACT=1 also takes the
-# straddling ones (more or as many removals at most run to run, so only > 0 here).
+# exact. CROSSMOD_PROFILE_RETRACT=1 also takes the straddling ones. How many sqlite3_*
+# functions are hot and already off at a pass varies run to run (1-27 removals in 30 runs
+# with the other core busy; CI once saw 0), so that removals happen is checked where they
+# must, ProfileTrace.HotFunctionsLoseTheirJumpWhileOff (profile_test.cpp); here only that
+# nothing failed.
 for mode in default all; do
   if [ "$mode" = all ]; then export CROSSMOD_PROFILE_RETRACT=1; fi
   "$crossmod" profile --quiet --policy paper --trace 'sqlite3_*' \
@@ -62,7 +65,6 @@ import json, sys
 j = json.load(open(sys.argv[1]))
 o = j["overhead"]
 assert j["exit"]["kind"] == "exit" and j["exit"]["status"] == 0, j["exit"]
-assert o["retracts"] > 0, f"no jump removed: {o['retracts']}"
 # a run of ~0.25 s under paper: the daemon woke ~25 times, and its CPU time is the report's
 assert 0 < o["daemon_cpu_s"] < j["run"]["cpu_s"], (o["daemon_cpu_s"], j["run"]["cpu_s"])
 assert not any("toggles failed" in n for n in j["notes"]), j["notes"]
@@ -77,9 +79,9 @@ CROSSMOD_PROFILE_RETRACT=0 "$crossmod" profile --quiet --policy paper --trace 's
 
 # converge: a function that converged stays off for good, and its jump is removed (once,
 # no opt-in). A wide target (--ci 100%) so that some converge in this short run (8-11 of
-# 272 here); each converged function is one removed site, none other (retraction of the
-# hot ones off: CROSSMOD_PROFILE_RETRACT=0), unless the run ended between a walk and its
-# batch.
+# 272 here, but how many is up to the run: ProfileTrace.ConvergedFunctionsLoseTheirJump
+# checks it where it must happen); each converged function is one removed site at most,
+# none other (retraction of the hot ones off: CROSSMOD_PROFILE_RETRACT=0).
 CROSSMOD_PROFILE_RETRACT=0 "$crossmod" profile --quiet --policy converge --ci 100% --trace 'sqlite3_*' \
   --out "$out/sqlite-converge" -- "$sqlite" :memory: <"$sql" >"$out/sqlite-converge.txt"
 cmp "$out/sqlite-plain.txt" "$out/sqlite-converge.txt"
@@ -88,8 +90,7 @@ import json, sys
 j = json.load(open(sys.argv[1]))
 o = j["overhead"]
 conv = sum(1 for f in j["functions"] if f["converged"])
-assert conv > 0, "nothing converged at --ci 100%"
-assert 0 < o["retracts"] <= conv, (o["retracts"], conv)
+assert o["retracts"] <= conv, (o["retracts"], conv)
 assert not any("toggles failed" in n for n in j["notes"]), j["notes"]
 print(f"converge: {conv} converged, {o['retracts']} jumps removed")
 PY
