@@ -132,7 +132,7 @@ bool read_symbols(const Loaded& l, const FunctionFilter* keep, std::vector<ElfFu
 }
 
 bool enumerate(std::vector<ElfFunction>* out, std::vector<ElfObjectInfo>* objects,
-               const FunctionFilter* keep) {
+               const ObjectFilter* want, const FunctionFilter* keep) {
   std::vector<Loaded> loaded;
   dl_iterate_phdr(collect, &loaded);
   if (loaded.empty()) return false;
@@ -140,6 +140,7 @@ bool enumerate(std::vector<ElfFunction>* out, std::vector<ElfObjectInfo>* object
   // text, so collapsing aliases per object gives one entry per address overall.
   for (const Loaded& l : loaded) {
     if (l.path.empty() || l.exec.empty()) continue;
+    if (want != nullptr && !(*want)(l.path)) continue;
     ElfObjectInfo info;
     info.path = l.path;
     info.text_begin = l.exec.front().first;
@@ -201,12 +202,17 @@ bool demangled_cannot_match(std::string_view mangled, std::string_view pattern) 
 }
 
 bool enumerate_functions(std::vector<ElfFunction>* out, std::vector<ElfObjectInfo>* objects) {
-  return enumerate(out, objects, nullptr);
+  return enumerate(out, objects, nullptr, nullptr);
 }
 
 bool enumerate_functions(std::vector<ElfFunction>* out, std::vector<ElfObjectInfo>* objects,
                          const FunctionFilter& keep) {
-  return enumerate(out, objects, keep ? &keep : nullptr);
+  return enumerate(out, objects, nullptr, keep ? &keep : nullptr);
+}
+
+bool enumerate_functions(std::vector<ElfFunction>* out, std::vector<ElfObjectInfo>* objects,
+                         const ObjectFilter& want, const FunctionFilter& keep) {
+  return enumerate(out, objects, want ? &want : nullptr, keep ? &keep : nullptr);
 }
 
 }  // namespace crossmod::tp

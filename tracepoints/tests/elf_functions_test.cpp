@@ -124,6 +124,42 @@ TEST(ElfFunctions, FilterKeepsWhatTheUnfilteredListHas) {
 }
 
 
+// The object filter: only the accepted objects are read, each asked once, and what they
+// give is what the unfiltered list has for them (libc here: a prefix filter on top too).
+TEST(ElfFunctions, ObjectFilterReadsOnlyTheAcceptedObjects) {
+  std::vector<ElfFunction> all;
+  std::vector<ElfObjectInfo> all_objs;
+  ASSERT_TRUE(enumerate_functions(&all, &all_objs));
+  const auto is_libc = [](const std::string& o) { return o.find("/libc.so") != std::string::npos; };
+  std::vector<std::string> asked;
+  const ObjectFilter want = [&](const std::string& o) {
+    asked.push_back(o);
+    return is_libc(o);
+  };
+  const FunctionFilter keep = [](std::string_view name, const std::string&) { return name.substr(0, 3) == "mem"; };
+  std::vector<ElfFunction> got;
+  std::vector<ElfObjectInfo> objs;
+  ASSERT_TRUE(enumerate_functions(&got, &objs, want, keep));
+  ASSERT_EQ(asked.size(), all_objs.size());  // once per object with a file
+  ASSERT_EQ(objs.size(), 1u);
+  EXPECT_TRUE(is_libc(objs[0].path));
+  std::vector<const ElfFunction*> expect;
+  for (const ElfFunction& f : all)
+    if (is_libc(f.object) && keep(f.name, f.object)) expect.push_back(&f);
+  ASSERT_FALSE(expect.empty());
+  ASSERT_EQ(got.size(), expect.size());
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    EXPECT_EQ(got[i].name, expect[i]->name);
+    EXPECT_EQ(got[i].addr, expect[i]->addr);
+  }
+  // No object accepted: nothing read, nothing appended.
+  std::vector<ElfFunction> none;
+  std::vector<ElfObjectInfo> none_objs;
+  ASSERT_TRUE(enumerate_functions(&none, &none_objs, [](const std::string&) { return false; }, nullptr));
+  EXPECT_TRUE(none.empty());
+  EXPECT_TRUE(none_objs.empty());
+}
+
 // demangled_cannot_match() on the C++ functions of every object loaded here (libstdc++,
 // gtest: thousands): every first word of a demangling that is not in its mangled name is
 // one the function knows (never ruled out), and for patterns made of the first words

@@ -43,6 +43,12 @@ bool enumerate_functions(std::vector<ElfFunction>* out,
 using FunctionFilter = std::function<bool(std::string_view name, const std::string& object)>;
 bool enumerate_functions(std::vector<ElfFunction>* out, std::vector<ElfObjectInfo>* objects,
                          const FunctionFilter& keep);
+// The same, reading only the objects `want` accepts (asked once per object with its path;
+// the others are not opened and not in `objects`): a pattern on the object need not cost
+// a walk of every other object's symbol table.
+using ObjectFilter = std::function<bool(const std::string& object)>;
+bool enumerate_functions(std::vector<ElfFunction>* out, std::vector<ElfObjectInfo>* objects,
+                         const ObjectFilter& want, const FunctionFilter& keep);
 
 // True when no demangling of the C++ symbol `mangled` ("_Z...") can match the fnmatch(3)
 // `pattern` (flags 0), decided without demangling (~1.5 us a name: libstdc++ alone has
