@@ -100,6 +100,10 @@ size_t crossmod_probes_tracepoint_refusals(crossmod_tracepoint_refusal* out, siz
   }
 }
 
+int crossmod_probes_exclude_from_tracepoints(const void* address) {
+  return code(cp::exclude_from_tracepoints(address));
+}
+
 void crossmod_probes_set_tracepoint_trap_fallback(int on) { cp::set_tracepoint_trap_fallback(on != 0); }
 
 int crossmod_probe_tracepoint_trap_mode(crossmod_probe_id id) {

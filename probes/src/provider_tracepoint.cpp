@@ -18,6 +18,8 @@
 #include <cxxabi.h>
 #include <dlfcn.h>
 #include <fnmatch.h>
+#include <link.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
@@ -47,6 +49,7 @@ namespace {
 struct TpState {
   std::deque<tp::Tracepoint> tps;  // stable addresses: probes point at them
   std::vector<TracepointRefusal> refusals;
+  std::vector<std::string> excluded;  // objects never traced besides this one (exclude_from_tracepoints)
 };
 // Guarded by the registry mutex; never freed (trampolines and probes live for the process).
 TpState* g_tp = nullptr;
@@ -215,19 +218,21 @@ Status attach_tracepoints(const char* pattern, const char* object_pattern, std::
   try {
     std::vector<tp::ElfFunction> fns;
     const std::string self = own_object();
+    std::vector<std::string> excluded;
+    {
+      std::lock_guard<std::mutex> lock(registry_mutex());
+      if (g_tp != nullptr) excluded = g_tp->excluded;
+    }
     // Only the functions the patterns select are copied out of the symbol tables (a
     // process has tens of thousands; python3 with 'Py*' keeps 939).
-    const std::string* last_object = nullptr;  // the object test, once per object
-    bool object_ok = false;
+    const tp::ObjectFilter want = [&](const std::string& object) {
+      return !(!self.empty() && object == self) &&  // never trace the dispatch path
+             std::find(excluded.begin(), excluded.end(), object) == excluded.end() &&
+             (object_pattern == nullptr || fnmatch(object_pattern, object.c_str(), 0) == 0);
+    };
     std::string raw_name;  // reused: no allocation per rejected name
     const tp::DemangledMatchTest demangled_test(pattern);
-    const tp::FunctionFilter keep = [&](std::string_view raw, const std::string& object) {
-      if (&object != last_object) {
-        last_object = &object;
-        object_ok = !(!self.empty() && object == self) &&  // never trace the dispatch path
-                    (object_pattern == nullptr || fnmatch(object_pattern, object.c_str(), 0) == 0);
-      }
-      if (!object_ok) return false;
+    const tp::FunctionFilter keep = [&](std::string_view raw, const std::string&) {
       raw_name.assign(raw);
       if (raw_name.rfind("_Z", 0) == 0) {
         // Demangling every C++ name costs ~1.5 us each (libstdc++'s alone: ~6 ms per
@@ -237,7 +242,7 @@ Status attach_tracepoints(const char* pattern, const char* object_pattern, std::
       }
       return fnmatch(pattern, raw_name.c_str(), 0) == 0;
     };
-    if (!tp::enumerate_functions(&fns, nullptr, keep)) return Status::engine_error;
+    if (!tp::enumerate_functions(&fns, nullptr, want, keep)) return Status::engine_error;
     std::lock_guard<std::mutex> lock(registry_mutex());
     if (g_tp == nullptr) g_tp = new TpState;
     for (const tp::ElfFunction& f : fns) {
@@ -316,6 +321,51 @@ std::size_t tracepoint_refusals(TracepointRefusal* out, std::size_t capacity) no
   if (out != nullptr)
     std::copy_n(g_tp->refusals.begin(), std::min(n, capacity), out);
   return n;
+}
+
+Status exclude_from_tracepoints(const void* address) noexcept {
+  // The object's name as enumerate_functions gives it: dl_iterate_phdr's, and for the main
+  // program (the first object, no name there) the /proc/self/exe link (dladdr would say
+  // argv[0]).
+  struct Find {
+    std::uintptr_t addr;
+    const char* name = nullptr;
+    bool first = true, main = false;
+  } find{reinterpret_cast<std::uintptr_t>(address)};
+  (void)dl_iterate_phdr(
+      [](dl_phdr_info* info, std::size_t, void* data) {
+        Find& f = *static_cast<Find*>(data);
+        const bool first = f.first;
+        f.first = false;
+        for (unsigned i = 0; i < info->dlpi_phnum; ++i) {
+          const ElfW(Phdr)& ph = info->dlpi_phdr[i];
+          const std::uintptr_t lo = info->dlpi_addr + ph.p_vaddr;
+          if (ph.p_type == PT_LOAD && f.addr >= lo && f.addr - lo < ph.p_memsz) {
+            f.name = info->dlpi_name != nullptr ? info->dlpi_name : "";
+            f.main = first && f.name[0] == '\0';
+            return 1;
+          }
+        }
+        return 0;
+      },
+      &find);
+  if (address == nullptr || find.name == nullptr || (find.name[0] == '\0' && !find.main)) return Status::bad_argument;
+  try {
+    std::string name = find.name;
+    if (find.main) {
+      char buf[4096];
+      const ssize_t n = ::readlink("/proc/self/exe", buf, sizeof buf - 1);
+      if (n <= 0) return Status::bad_argument;
+      name.assign(buf, static_cast<std::size_t>(n));
+    }
+    std::lock_guard<std::mutex> lock(registry_mutex());
+    if (g_tp == nullptr) g_tp = new TpState;
+    if (std::find(g_tp->excluded.begin(), g_tp->excluded.end(), name) == g_tp->excluded.end())
+      g_tp->excluded.push_back(std::move(name));
+    return Status::ok;
+  } catch (...) {
+    return Status::engine_error;  // no memory
+  }
 }
 
 void set_tracepoint_trap_fallback(bool on) noexcept {

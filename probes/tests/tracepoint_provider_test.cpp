@@ -76,6 +76,30 @@ Ids attach_and_find(const char* name) {
 
 std::uint64_t calls(cp::ProbeId id) { return g_calls[id].load(); }
 
+// exclude_from_tracepoints: later attaches leave the object alone (its code untouched, no
+// probe), whatever the patterns say; addresses outside every object are refused.
+TEST(TracepointProvider, ExcludedObjectIsLeftAlone) {
+  std::uint8_t before[8];
+  std::memcpy(before, reinterpret_cast<const void*>(&tpw_work), sizeof before);
+  int on_stack = 0;
+  EXPECT_EQ(cp::exclude_from_tracepoints(nullptr), cp::Status::bad_argument);
+  EXPECT_EQ(cp::exclude_from_tracepoints(&on_stack), cp::Status::bad_argument);
+  ASSERT_EQ(cp::exclude_from_tracepoints(reinterpret_cast<const void*>(&tpw_work)), cp::Status::ok);
+  ASSERT_EQ(cp::exclude_from_tracepoints(reinterpret_cast<const void*>(&tpw_leaf)), cp::Status::ok);  // twice: fine
+  std::size_t made = 1, refused = 1;
+  EXPECT_EQ(cp::attach_tracepoints("tpw_*", self_exe().c_str(), &made, &refused), cp::Status::ok);
+  EXPECT_EQ(made, 0u);
+  EXPECT_EQ(refused, 0u);
+  EXPECT_EQ(cp::attach_tracepoints("tpw_*", nullptr, &made, &refused), cp::Status::ok);
+  EXPECT_EQ(made, 0u);
+  for (cp::ProbeId id = 0; id < cp::count(); ++id) {
+    cp::ProbeInfo pi;
+    ASSERT_EQ(cp::info(id, &pi), cp::Status::ok);
+    EXPECT_NE(pi.provider, cp::Provider::tracepoint) << pi.name;
+  }
+  EXPECT_EQ(std::memcmp(before, reinterpret_cast<const void*>(&tpw_work), sizeof before), 0);
+}
+
 TEST(TracepointProvider, AttachMakesOffProbesAndLeavesCodeAlone) {
   std::uint8_t before[8];
   std::memcpy(before, reinterpret_cast<const void*>(&tpw_work), sizeof before);

@@ -84,6 +84,7 @@ typedef struct crossmod_tracepoint_refusal {
   int entry_probe;    /* 1: only the exit probe was refused */
 } crossmod_tracepoint_refusal;
 size_t crossmod_probes_tracepoint_refusals(crossmod_tracepoint_refusal* out, size_t capacity);
+int crossmod_probes_exclude_from_tracepoints(const void* address);
 void crossmod_probes_set_tracepoint_trap_fallback(int on);
 int crossmod_probe_tracepoint_trap_mode(crossmod_probe_id id);
 /* Inside an exit probe function: the TSC taken when the calling exit hook began (0 elsewhere). */

@@ -169,6 +169,10 @@ struct TracepointRefusal {
 // Copies up to `capacity` refusals (oldest first) into `out` (may be null when capacity is
 // 0) and returns how many there are in total.
 std::size_t tracepoint_refusals(TracepointRefusal* out, std::size_t capacity) noexcept;
+// Later attach_tracepoints calls leave alone the loaded ELF object that holds `address`, as
+// they leave this library: e.g. a profiler's runtime, whose functions run inside probe
+// functions. bad_argument when no loaded object holds it. Probes made before stay.
+Status exclude_from_tracepoints(const void* address) noexcept;
 // Trap-mode fallback for later attach_tracepoints calls (default on).
 void set_tracepoint_trap_fallback(bool on) noexcept;
 // True if `id` (entry or exit) is a tracepoint probe in trap mode.
