@@ -111,6 +111,10 @@ std::atomic<bool> g_stopping{false};
 
 cp::ProbeId g_calib_entry = cp::kNoProbe, g_calib_exit = cp::kNoProbe;          // patchable
 cp::ProbeId g_calib_cyg_entry = cp::kNoProbe, g_calib_cyg_exit = cp::kNoProbe;  // cyg
+cp::ProbeId g_calib_tp_entry = cp::kNoProbe, g_calib_tp_exit = cp::kNoProbe;    // tracepoint (--trace)
+// The program has patchable-entry probes (found by the start-up scan, the only one: objects
+// dlopened later are not scanned), so their provider's remainders are worth calibrating.
+std::atomic<bool> g_patchable_probes{false};
 // While calibrate_self runs, the calibration site's probes map to this record (g_slot value
 // kCalibSlot), so it is timed by the real on_entry / on_exit.
 constexpr std::uint32_t kCalibSlot = UINT32_MAX;
@@ -592,7 +596,13 @@ void on_found_impl(const cp::ProbeInfo& p) {
     if (p.active) (void)cp::deactivate(p.id);
     return;
   }
+  if (p.function == reinterpret_cast<std::uintptr_t>(&crossmod_profile_calib_target_tp)) {
+    (p.kind == cp::Kind::entry ? g_calib_tp_entry : g_calib_tp_exit) = p.id;
+    if (p.active) (void)cp::deactivate(p.id);
+    return;
+  }
   add(g_hdr->probes, 1);  // the program's probes, in focus or not (not the calibration site)
+  if (p.provider == cp::Provider::patchable) g_patchable_probes.store(true, std::memory_order_relaxed);
   if (!in_focus(p)) {
     if (p.active) (void)cp::deactivate(p.id);
     return;
@@ -765,6 +775,28 @@ void calibrate_self(cp::ProbeId entry, cp::ProbeId exit, void (*target)(volatile
   g_hdr->self_ticks[k] = g_self[k] = median(means);
   g_hdr->nest_ticks[k] = g_nest[k] = median(nests);
   g_hdr->flags |= (kFlagSelfCalibrated | kFlagNestCalibrated) << k;
+}
+
+// --trace: a tracepoint on this library's tracepoint calibration site (its only function
+// ever traced; jump-only, found by on_found), then the library is excluded from every later
+// attach: its functions run inside the probe functions, and a probe on them would time the
+// profiler, or call itself. The object pattern is the library's path with fnmatch's special
+// characters escaped.
+void attach_calib_tracepoint() noexcept {
+  Dl_info info;
+  const void* target = reinterpret_cast<const void*>(&crossmod_profile_calib_target_tp);
+  if (dladdr(target, &info) == 0 || info.dli_fname == nullptr) return;
+  char pattern[4096];
+  std::size_t n = 0;
+  for (const char* c = info.dli_fname; *c != '\0' && n + 2 < sizeof pattern; ++c) {
+    if (std::strchr("*?[]\\", *c) != nullptr) pattern[n++] = '\\';
+    pattern[n++] = *c;
+  }
+  pattern[n] = '\0';
+  cp::set_tracepoint_trap_fallback(false);
+  (void)cp::attach_tracepoints("crossmod_profile_calib_target_tp", pattern);
+  if (cp::exclude_from_tracepoints(target) != cp::Status::ok)
+    warn("--trace: cannot exclude the profiler's own library from tracing");
 }
 
 // Batch means over epochs: the samples a function took since the last fold form one batch.
@@ -1381,6 +1413,7 @@ __attribute__((constructor(200))) void profile_init() {
     // policy could make it cheap (python3 with 'Py*': 375 of 939 functions, sys time 5.5 of
     // 6.3 s under paper). Such functions are refused and counted in the note.
     const bool traps = env_set("CROSSMOD_PROFILE_TRACE_TRAPS");
+    attach_calib_tracepoint();
     cp::set_tracepoint_trap_fallback(traps);
     const cp::Status s = cp::attach_tracepoints(g_cfg.trace, g_cfg.trace_object, &made, &refused);
     if (g_defer_exits) {
@@ -1404,8 +1437,13 @@ __attribute__((constructor(200))) void profile_init() {
     volatile unsigned c = 0;
     crossmod_profile_calib_target_cyg(&c);  // the cyg site is found on its first call
   }
-  calibrate_self(g_calib_entry, g_calib_exit, crossmod_profile_calib_target, cp::Provider::patchable);
+  // self_ticks / nest_ticks per provider the program can have (cyg sites are found on first
+  // execution, in any object, any time: always): ~1 ms each here.
+  if (g_patchable_probes.load(std::memory_order_relaxed))
+    calibrate_self(g_calib_entry, g_calib_exit, crossmod_profile_calib_target, cp::Provider::patchable);
   calibrate_self(g_calib_cyg_entry, g_calib_cyg_exit, crossmod_profile_calib_target_cyg, cp::Provider::cyg);
+  if (g_calib_tp_entry != cp::kNoProbe && !cp::tracepoint_trap_mode(g_calib_tp_entry))
+    calibrate_self(g_calib_tp_entry, g_calib_tp_exit, crossmod_profile_calib_target_tp, cp::Provider::tracepoint);
   std::atexit(at_exit);
   if (g_cfg.policy == Policy::none) return;
   pthread_t th;

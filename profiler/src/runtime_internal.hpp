@@ -2,3 +2,4 @@
 #pragma once
 extern "C" void crossmod_profile_calib_target(volatile unsigned* counter);      // patchable entry
 extern "C" void crossmod_profile_calib_target_cyg(volatile unsigned* counter);  // -finstrument-functions
+extern "C" void crossmod_profile_calib_target_tp(volatile unsigned* counter);   // none: a tracepoint

@@ -134,6 +134,11 @@ TEST_P(PolicyTest, ReportListsFunctionsAndNeverOvercounts) {
     EXPECT_LE(daemon_s, cpu_s);
     EXPECT_DOUBLE_EQ(j["overhead"]["daemon_share"].get<double>(), cpu_s > 0 ? daemon_s / cpu_s : 0.0);
   }
+  // Compensation remainders: cyg always (its sites may turn up any time), patchable when
+  // the program has patchable functions.
+  EXPECT_TRUE(j["overhead"]["self_ticks"]["cyg"].is_number_integer());
+  EXPECT_EQ(j["overhead"]["self_ticks"]["patchable"].is_number_integer(), std::string(c.prog) == "pfe");
+  EXPECT_EQ(j["overhead"]["nest_ticks"]["patchable"].is_number_integer(), std::string(c.prog) == "pfe");
   ASSERT_TRUE(j["metrics"].is_array());
   EXPECT_EQ(j["metrics"].size(), 4u);  // configs/metrics/default.toml
   EXPECT_TRUE(fs::exists(r.dir / "profile.csv"));
@@ -321,9 +326,11 @@ TEST(ProfileCompensation, NestedHitsComeOff) {
   EXPECT_GE((*outer)["raw_mean_ticks"].get<double>() - (*outer)["mean_ticks"].get<double>(), 40.0);
   EXPECT_LT((*inner)["mean_ticks"].get<double>(), (*inner)["raw_mean_ticks"].get<double>());
   EXPECT_TRUE(j["overhead"]["self_ticks"]["cyg"].is_number_integer()) << "the cyg calibration site was not timed";
-  EXPECT_TRUE(j["overhead"]["self_ticks"]["patchable"].is_number_integer()) << "the patchable site was not timed";
   EXPECT_TRUE(j["overhead"]["nest_ticks"]["cyg"].is_number_integer()) << "no nested-call remainder for cyg";
-  EXPECT_TRUE(j["overhead"]["nest_ticks"]["patchable"].is_number_integer()) << "no nested-call remainder for patchable";
+  // No patchable function in this program: that provider is not calibrated (null).
+  EXPECT_TRUE(j["overhead"]["self_ticks"]["patchable"].is_null());
+  EXPECT_TRUE(j["overhead"]["nest_ticks"]["patchable"].is_null());
+  EXPECT_TRUE(j["overhead"]["self_ticks"]["tracepoint"].is_null());  // no --trace
 }
 
 // Context switches: napper() sleeps in every call, so each of its samples that the thread's
@@ -383,6 +390,29 @@ TEST(ProfileTrace, OutcomeIsANote) {
   bool noted = false;
   for (const json& n : j["notes"]) noted = noted || n.get<std::string>().find("--trace") != std::string::npos;
   EXPECT_TRUE(noted) << j["notes"].dump();
+}
+
+// --trace calibrates the tracepoint provider (self_ticks / nest_ticks, on the runtime's own
+// calibration site) and never traces the runtime's functions, whatever the pattern: they
+// run inside the probe functions. '*' traces every other function of the process.
+TEST(ProfileTrace, CalibratesTracepointsAndNeverTracesItself) {
+  const Outcome r = crossmod("trace-all", std::string("--quiet --policy full --trace '*' -- ") + PROF_MT_PLAIN + " 2 1000");
+  ASSERT_EQ(r.status, 0) << r.err;
+  const auto t = truth(r.out);
+  const json j = report(r);
+  EXPECT_TRUE(j["overhead"]["self_ticks"]["tracepoint"].is_number_integer()) << j["overhead"].dump();
+  EXPECT_TRUE(j["overhead"]["nest_ticks"]["tracepoint"].is_number_integer()) << j["overhead"].dump();
+  std::size_t libc = 0;
+  for (const json& f : j["functions"]) {
+    const std::string object = f["object"];
+    EXPECT_EQ(object.find("libcrossmod_profile"), std::string::npos) << f["name"];
+    EXPECT_NE(f["name"], "crossmod_profile_calib_target_tp");
+    libc += object.find("libc.so") != std::string::npos ? 1 : 0;
+  }
+  EXPECT_GT(libc, 100u);  // the pattern did reach the other objects
+  const json* a = function(j, kLeafA);
+  ASSERT_NE(a, nullptr);
+  EXPECT_EQ((*a)["calls_observed"].get<unsigned long>(), t.at("leaf_a"));  // full: every call
 }
 
 // Retraction, on a program where it must happen: leaf_a and leaf_b are called millions of
