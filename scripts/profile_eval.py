@@ -2,7 +2,8 @@
 """Evaluation of `crossmod profile` (issue 12): Table 3, accuracy against ground truth,
 information kept vs full instrumentation, and the DIME*-style curve.
 
-For each workload (latency_lab and kvpipe built with each compiler-assisted provider,
+For each workload (latency_lab and kvpipe built with each compiler-assisted provider, and
+with --workloads lab-trace latency_lab built without flags, through tracepoints;
 Debian's python3 and sqlite3 through tracepoints) it runs, INTERLEAVED round after round
 (every configuration once per round, never block after block):
 
@@ -143,6 +144,9 @@ def workloads(args, wdir: Path) -> dict[str, Workload]:
                             check_stdout=False, dime=True, needs=[wdir / "latency_lab_cyg"]),
         "lab-pfe": Workload("lab-pfe", "patchable", [str(wdir / "latency_lab_pfe"), *lab], truth=True,
                             check_stdout=False, dime=True, needs=[wdir / "latency_lab_pfe"]),
+        # latency_lab built without provider flags, through tracepoints (opt-in: --workloads lab-trace)
+        "lab-trace": Workload("lab-trace", "tracepoint", [str(wdir / "latency_lab_plain"), *lab], trace="lab_*",
+                              truth=True, check_stdout=False, dime=True, needs=[wdir / "latency_lab_plain"]),
         "kvpipe-cyg": Workload("kvpipe-cyg", "cyg", [str(wdir / "kvpipe_cyg"), *kv], dime=True,
                                needs=[wdir / "kvpipe_cyg"]),
         "kvpipe-pfe": Workload("kvpipe-pfe", "patchable", [str(wdir / "kvpipe_pfe"), *kv], dime=True,

@@ -1,10 +1,12 @@
 #!/usr/bin/env python3
 """Interleaved A/B of two builds' latency estimates against latency_lab's ground truth.
 
-    profiler/scripts/accuracy_ab.py BUILD_A BUILD_B ROUNDS [THREADS] [POLICY,POLICY...]
+    profiler/scripts/accuracy_ab.py BUILD_A BUILD_B ROUNDS [THREADS] [POLICY,POLICY...] [PROVIDER,...]
 
-For a change to compensation or to the probes' path: each round runs, for latency_lab_cyg
-and latency_lab_pfe, the program once without the profiler (BUILD_B's binary: the base
+For a change to compensation or to the probes' path: each round runs, for each provider
+(default cyg,pfe: latency_lab_cyg and latency_lab_pfe; `trace`: latency_lab_plain under
+`--trace 'lab_*'`, BUILD_B's binary for both arms), the program once without the profiler
+(BUILD_B's binary: the base
 run of lab_truth.py) and then under `crossmod profile --policy P` of build A and of
 build B for every policy (default paper,budget; 8 threads, 3,000 iterations each), A and
 B alternating and the order flipped every round. Each function's on-CPU estimate is
@@ -28,19 +30,24 @@ def main():
     rounds = int(sys.argv[3])
     threads = int(sys.argv[4]) if len(sys.argv) > 4 else 8
     policies = sys.argv[5].split(",") if len(sys.argv) > 5 else ["paper", "budget"]
+    providers = sys.argv[6].split(",") if len(sys.argv) > 6 else ["cyg", "pfe"]
+    if any(p not in ("cyg", "pfe", "trace") for p in providers):
+        sys.exit("accuracy_ab.py: providers are cyg, pfe, trace")
     bias, cover = {}, {}
     with tempfile.TemporaryDirectory() as tmp:
         for r in range(rounds):
             order = ["A", "B"] if r % 2 == 0 else ["B", "A"]
-            for prov in ("cyg", "pfe"):
+            for prov in providers:
                 args = ["--threads", str(threads), "--iterations", str(24000 // threads)]
-                lab_b = f"{builds['B']}/profiler/workloads/latency_lab_{prov}"
+                variant = "plain" if prov == "trace" else prov
+                trace = ["--trace", "lab_*"] if prov == "trace" else []
+                lab_b = f"{builds['B']}/profiler/workloads/latency_lab_{variant}"
                 subprocess.run([lab_b, *args, "--truth", f"{tmp}/base.json"], check=True, stdout=subprocess.DEVNULL)
                 for policy in policies:
                     for arm in order:
                         d = f"{tmp}/r{r}-{prov}-{policy}-{arm}"
-                        lab = f"{builds[arm]}/profiler/workloads/latency_lab_{prov}"
-                        subprocess.run([f"{builds[arm]}/crossmod", "profile", "--policy", policy, "--quiet",
+                        lab = lab_b if prov == "trace" else f"{builds[arm]}/profiler/workloads/latency_lab_{variant}"
+                        subprocess.run([f"{builds[arm]}/crossmod", "profile", "--policy", policy, "--quiet", *trace,
                                         "--out", d, "--", lab, *args, "--truth", d + ".json"],
                                        check=True, stdout=subprocess.DEVNULL)
                         for f, e, call, lo, hi in call_estimates(d + ".json", d + "/profile.json", f"{tmp}/base.json"):
