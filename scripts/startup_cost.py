@@ -10,7 +10,9 @@ For each round and each case (a short program, with and without --trace) it runs
                (run.cpu_s of profile.json: the program's CPU, the report is not in it)
 
 and prints, per case and build, the median and min..max of the CPU seconds and the median
-minus plain's median (the start-up cost). `--split` adds, per build, the program with only
+minus plain's median (the start-up cost), and per build the start-up calibrations the
+profiled runs reported (overhead.calib_ticks_per_hit, self_ticks and nest_ticks per
+provider: median and min..max over the runs that had them). `--split` adds, per build, the program with only
 BUILD/probes/libcrossmod_probes.so preloaded (the probes library: loading + its
 constructor), so that a case's cost splits into probes library / runtime (segment,
 calibration, ...) / --trace attach (the difference to the same program without --trace).
@@ -50,8 +52,24 @@ def run_plain(argv: list[str], env: dict[str, str] | None = None) -> float:
     return ru.ru_utime + ru.ru_stime
 
 
-def run_profiled(build: Path, argv: list[str], trace: str | None, tmp: Path) -> float:
-    """run.cpu_s of `crossmod profile --policy none` on argv."""
+def calibrations(profile: dict) -> dict[str, float]:
+    """The start-up calibrations of a profile.json: calib_ticks_per_hit and
+    self_ticks.P / nest_ticks.P for each provider P that was calibrated."""
+    o = profile.get("overhead", {})
+    out = {}
+    if o.get("calib_ticks_per_hit") is not None:
+        out["calib_ticks_per_hit"] = float(o["calib_ticks_per_hit"])
+    for key in ("self_ticks", "nest_ticks"):
+        for prov, v in (o.get(key) or {}).items():
+            if v is not None:
+                out[f"{key}.{prov}"] = float(v)
+    return out
+
+
+def run_profiled(build: Path, argv: list[str], trace: str | None, tmp: Path,
+                 calib: dict[str, list[float]] | None = None) -> float:
+    """run.cpu_s of `crossmod profile --policy none` on argv; its calibrations are appended
+    to `calib` (key -> values) when given."""
     out = tmp / "out"
     shutil.rmtree(out, ignore_errors=True)
     cmd = [str(build / "crossmod"), "profile", "--policy", "none", "--quiet", "--out", str(out)]
@@ -60,7 +78,11 @@ def run_profiled(build: Path, argv: list[str], trace: str | None, tmp: Path) -> 
     r = subprocess.run(cmd + ["--"] + argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     if r.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd)}: exit {r.returncode}: {r.stderr.strip()[-300:]}")
-    return float(json.loads((out / "profile.json").read_text())["run"]["cpu_s"])
+    profile = json.loads((out / "profile.json").read_text())
+    if calib is not None:
+        for k, v in calibrations(profile).items():
+            calib.setdefault(k, []).append(v)
+    return float(profile["run"]["cpu_s"])
 
 
 def summary(xs: list[float]) -> dict[str, float]:
@@ -72,10 +94,13 @@ def build_orders(builds: list[str], rounds: int) -> list[list[str]]:
     return [list(builds) if r % 2 == 0 else list(reversed(builds)) for r in range(rounds)]
 
 
-def measure(builds: list[Path], cases: list[str], rounds: int, split: bool) -> dict:
+def measure(builds: list[Path], cases: list[str], rounds: int, split: bool,
+            calib: dict[str, dict[str, list[float]]] | None = None) -> dict:
     """samples[case][label] = CPU seconds per round; labels: plain, each build, and with
-    --split each build's 'probes-only:BUILD'."""
+    --split each build's 'probes-only:BUILD'. calib[BUILD][key]: the runs' calibrations."""
     samples: dict[str, dict[str, list[float]]] = {c: {} for c in cases}
+    if calib is None:
+        calib = {}
     names = [str(b) for b in builds]
     with tempfile.TemporaryDirectory(prefix="startup_cost_") as td:
         tmp = Path(td)
@@ -85,14 +110,15 @@ def measure(builds: list[Path], cases: list[str], rounds: int, split: bool) -> d
                 samples[case].setdefault("plain", []).append(run_plain(argv))
                 for name in order:
                     b = Path(name)
-                    samples[case].setdefault(name, []).append(run_profiled(b, argv, trace, tmp))
+                    samples[case].setdefault(name, []).append(
+                        run_profiled(b, argv, trace, tmp, calib.setdefault(name, {})))
                     if split and trace is None:
                         env = dict(os.environ, LD_PRELOAD=str(b / "probes" / "libcrossmod_probes.so"))
                         samples[case].setdefault("probes-only:" + name, []).append(run_plain(argv, env))
     return samples
 
 
-def report(samples: dict, builds: list[str]) -> str:
+def report(samples: dict, builds: list[str], calib: dict | None = None) -> str:
     lines = ["| case | run | median s | min..max s | median - plain s | n |", "|---|---|---|---|---|---|"]
     for case, by in samples.items():
         plain = statistics.median(by["plain"])
@@ -113,6 +139,12 @@ def report(samples: dict, builds: list[str]) -> str:
             if traced is not None:
                 line += f", --trace attach {statistics.median(traced[b]) - statistics.median(base[b]):+.4f} s"
             lines.append(line)
+    if calib and any(calib.values()):
+        lines += ["", "| build | calibration (ticks) | median | min..max | n |", "|---|---|---|---|---|"]
+        for b in builds:
+            for key, xs in sorted(calib.get(b, {}).items()):
+                s = summary(xs)
+                lines.append(f"| {b} | {key} | {s['median']:g} | {s['min']:g}..{s['max']:g} | {s['n']} |")
     return "\n".join(lines)
 
 
@@ -140,14 +172,15 @@ def main(argv: list[str] | None = None) -> int:
         if not os.access(CASES[c][0][0], os.X_OK):
             print(f"startup_cost: {CASES[c][0][0]} is missing (case {c})", file=sys.stderr)
             return 2
+    calib: dict[str, dict[str, list[float]]] = {}
     try:
-        samples = measure([Path(b) for b in a.builds], cases, a.runs, a.split)
+        samples = measure([Path(b) for b in a.builds], cases, a.runs, a.split, calib)
     except RuntimeError as e:
         print(f"startup_cost: {e}", file=sys.stderr)
         return 1
     if a.json:
         Path(a.json).write_text(json.dumps(samples, indent=1))
-    print(report(samples, a.builds))
+    print(report(samples, a.builds, calib))
     return 0
 
 

@@ -680,7 +680,7 @@ void on_found_impl(const cp::ProbeInfo& p) {
 // and on (empty probe function), interleaved A/B, minimum of each over the rounds.
 void calibrate() noexcept {
   if (g_calib_entry == cp::kNoProbe) return;
-  constexpr int kCalls = 2000, kRounds = 7;
+  constexpr int kCalls = 500, kRounds = 7;
   volatile unsigned counter = 0;
   std::uint64_t best_off = UINT64_MAX, best_on = UINT64_MAX;
   for (int r = 0; r < kRounds; ++r) {
@@ -721,7 +721,7 @@ void calibrate() noexcept {
 void calibrate_self(cp::ProbeId entry, cp::ProbeId exit, void (*target)(volatile unsigned*),
                     cp::Provider provider) noexcept {
   if (entry == cp::kNoProbe || exit == cp::kNoProbe) return;
-  constexpr int kCalls = 2000, kRounds = 7;
+  constexpr int kCalls = 500, kRounds = 7;
   Tls& t = tls();
   const ThreadRecord saved = *t.rec;
   const Policy policy = g_cfg.policy;
@@ -1438,7 +1438,7 @@ __attribute__((constructor(200))) void profile_init() {
     crossmod_profile_calib_target_cyg(&c);  // the cyg site is found on its first call
   }
   // self_ticks / nest_ticks per provider the program can have (cyg sites are found on first
-  // execution, in any object, any time: always): ~1 ms each here.
+  // execution, in any object, any time: always): ~0.3-0.5 ms each here.
   if (g_patchable_probes.load(std::memory_order_relaxed))
     calibrate_self(g_calib_entry, g_calib_exit, crossmod_profile_calib_target, cp::Provider::patchable);
   calibrate_self(g_calib_cyg_entry, g_calib_cyg_exit, crossmod_profile_calib_target_cyg, cp::Provider::cyg);

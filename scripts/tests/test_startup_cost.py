@@ -31,7 +31,10 @@ if os.path.exists(os.path.join(here, "fail")):
     sys.exit(3)
 os.makedirs(out)
 cpu = float(open(os.path.join(here, "cpu")).read()) + (0.1 if trace != "-" else 0.0)
-json.dump({"schema": 1, "run": {"cpu_s": cpu}}, open(os.path.join(out, "profile.json"), "w"))
+overhead = {"calib_ticks_per_hit": 40 if trace == "-" else 44,
+            "self_ticks": {"cyg": -20, "patchable": None, "tracepoint": -7 if trace != "-" else None},
+            "nest_ticks": {"cyg": 3, "patchable": None, "tracepoint": None}}
+json.dump({"schema": 1, "run": {"cpu_s": cpu}, "overhead": overhead}, open(os.path.join(out, "profile.json"), "w"))
 sys.exit(rc)
 '''
 
@@ -78,6 +81,11 @@ def test_interleaved_table_and_json(env, capsys):
     out = capsys.readouterr().out
     assert f"| python3 | {a} | 0.5000 | 0.5000..0.5000 |" in out
     assert f"| python3-trace | {b} | 0.3500 | 0.3500..0.3500 |" in out
+    # The calibrations of every profiled run of a build; null (uncalibrated) ones left out.
+    assert f"| {a} | calib_ticks_per_hit | 42 | 40..44 | 4 |" in out
+    assert f"| {a} | self_ticks.tracepoint | -7 | -7..-7 | 2 |" in out
+    assert f"| {b} | nest_ticks.cyg | 3 | 3..3 | 4 |" in out
+    assert "self_ticks.patchable" not in out
     samples = json.loads(js.read_text())
     assert samples["python3"][str(a)] == [0.5, 0.5]
     assert len(samples["python3"]["plain"]) == 2
