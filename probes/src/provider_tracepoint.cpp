@@ -18,8 +18,6 @@
 #include <cxxabi.h>
 #include <dlfcn.h>
 #include <fnmatch.h>
-#include <link.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
@@ -324,40 +322,10 @@ std::size_t tracepoint_refusals(TracepointRefusal* out, std::size_t capacity) no
 }
 
 Status exclude_from_tracepoints(const void* address) noexcept {
-  // The object's name as enumerate_functions gives it: dl_iterate_phdr's, and for the main
-  // program (the first object, no name there) the /proc/self/exe link (dladdr would say
-  // argv[0]).
-  struct Find {
-    std::uintptr_t addr;
-    const char* name = nullptr;
-    bool first = true, main = false;
-  } find{reinterpret_cast<std::uintptr_t>(address)};
-  (void)dl_iterate_phdr(
-      [](dl_phdr_info* info, std::size_t, void* data) {
-        Find& f = *static_cast<Find*>(data);
-        const bool first = f.first;
-        f.first = false;
-        for (unsigned i = 0; i < info->dlpi_phnum; ++i) {
-          const ElfW(Phdr)& ph = info->dlpi_phdr[i];
-          const std::uintptr_t lo = info->dlpi_addr + ph.p_vaddr;
-          if (ph.p_type == PT_LOAD && f.addr >= lo && f.addr - lo < ph.p_memsz) {
-            f.name = info->dlpi_name != nullptr ? info->dlpi_name : "";
-            f.main = first && f.name[0] == '\0';
-            return 1;
-          }
-        }
-        return 0;
-      },
-      &find);
-  if (address == nullptr || find.name == nullptr || (find.name[0] == '\0' && !find.main)) return Status::bad_argument;
   try {
-    std::string name = find.name;
-    if (find.main) {
-      char buf[4096];
-      const ssize_t n = ::readlink("/proc/self/exe", buf, sizeof buf - 1);
-      if (n <= 0) return Status::bad_argument;
-      name.assign(buf, static_cast<std::size_t>(n));
-    }
+    // The name attach's object test sees (dladdr would say argv[0] for the main program).
+    std::string name = tp::object_of(reinterpret_cast<std::uintptr_t>(address));
+    if (address == nullptr || name.empty()) return Status::bad_argument;
     std::lock_guard<std::mutex> lock(registry_mutex());
     if (g_tp == nullptr) g_tp = new TpState;
     if (std::find(g_tp->excluded.begin(), g_tp->excluded.end(), name) == g_tp->excluded.end())

@@ -201,6 +201,15 @@ bool demangled_cannot_match(std::string_view mangled, std::string_view pattern) 
   return DemangledMatchTest(pattern).cannot_match(mangled);
 }
 
+std::string object_of(std::uintptr_t code) {
+  std::vector<Loaded> loaded;
+  dl_iterate_phdr(collect, &loaded);
+  for (const Loaded& l : loaded)
+    for (const auto& [begin, end] : l.exec)
+      if (code >= begin && code < end) return l.path;
+  return {};
+}
+
 bool enumerate_functions(std::vector<ElfFunction>* out, std::vector<ElfObjectInfo>* objects) {
   return enumerate(out, objects, nullptr, nullptr);
 }

@@ -57,6 +57,22 @@ TEST(ElfFunctions, FindsOwnFunctionWithAddressAndSize) {
   EXPECT_NE(find(fns, "memcpy"), nullptr);
 }
 
+// object_of names an object as the enumeration does: the function's own entry's object.
+TEST(ElfFunctions, ObjectOfAgreesWithTheEnumeration) {
+  std::vector<ElfFunction> fns;
+  ASSERT_TRUE(enumerate_functions(&fns, nullptr));
+  const ElfFunction* own = find(fns, "crossmod_tp_elf_target");
+  const ElfFunction* libc = find(fns, "memcpy");
+  ASSERT_NE(own, nullptr);
+  ASSERT_NE(libc, nullptr);
+  EXPECT_EQ(object_of(own->addr), own->object);
+  EXPECT_EQ(object_of(libc->addr), libc->object);
+  EXPECT_NE(own->object, libc->object);
+  int on_stack = 0;
+  EXPECT_EQ(object_of(reinterpret_cast<std::uintptr_t>(&on_stack)), "");
+  EXPECT_EQ(object_of(0), "");
+}
+
 TEST(ElfFunctions, TracepointOnCompiledFunction) {
   std::vector<ElfFunction> fns;
   ASSERT_TRUE(enumerate_functions(&fns));

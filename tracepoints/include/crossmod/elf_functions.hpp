@@ -50,6 +50,10 @@ using ObjectFilter = std::function<bool(const std::string& object)>;
 bool enumerate_functions(std::vector<ElfFunction>* out, std::vector<ElfObjectInfo>* objects,
                          const ObjectFilter& want, const FunctionFilter& keep);
 
+// The path enumerate_functions gives the loaded object whose executable segment holds
+// `code` (the main program: its /proc/self/exe link); empty when none does.
+std::string object_of(std::uintptr_t code);
+
 // True when no demangling of the C++ symbol `mangled` ("_Z...") can match the fnmatch(3)
 // `pattern` (flags 0), decided without demangling (~1.5 us a name: libstdc++ alone has
 // 3,839 functions, in every process the preload libraries are in): the pattern starts
