@@ -586,18 +586,17 @@ void on_found(const cp::ProbeInfo& p, void* user) {
 }
 
 void on_found_impl(const cp::ProbeInfo& p) {
-  if (p.function == reinterpret_cast<std::uintptr_t>(&crossmod_profile_calib_target)) {
-    (p.kind == cp::Kind::entry ? g_calib_entry : g_calib_exit) = p.id;
-    if (p.active) (void)cp::deactivate(p.id);
-    return;
-  }
-  if (p.function == reinterpret_cast<std::uintptr_t>(&crossmod_profile_calib_target_cyg)) {
-    (p.kind == cp::Kind::entry ? g_calib_cyg_entry : g_calib_cyg_exit) = p.id;
-    if (p.active) (void)cp::deactivate(p.id);
-    return;
-  }
-  if (p.function == reinterpret_cast<std::uintptr_t>(&crossmod_profile_calib_target_tp)) {
-    (p.kind == cp::Kind::entry ? g_calib_tp_entry : g_calib_tp_exit) = p.id;
+  // A calibration site's probes: kept apart, off.
+  const struct {
+    void (*target)(volatile unsigned*);
+    cp::ProbeId* entry;
+    cp::ProbeId* exit;
+  } calib[] = {{crossmod_profile_calib_target, &g_calib_entry, &g_calib_exit},
+               {crossmod_profile_calib_target_cyg, &g_calib_cyg_entry, &g_calib_cyg_exit},
+               {crossmod_profile_calib_target_tp, &g_calib_tp_entry, &g_calib_tp_exit}};
+  for (const auto& c : calib) {
+    if (p.function != reinterpret_cast<std::uintptr_t>(c.target)) continue;
+    *(p.kind == cp::Kind::entry ? c.entry : c.exit) = p.id;
     if (p.active) (void)cp::deactivate(p.id);
     return;
   }
