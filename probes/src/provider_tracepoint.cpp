@@ -16,7 +16,6 @@
 // run with the code owners' toggle locks held (registry.cpp). on_tracepoint is the
 // invocation path: no allocation, no lock.
 #include <cxxabi.h>
-#include <dlfcn.h>
 #include <fnmatch.h>
 
 #include <algorithm>
@@ -119,13 +118,6 @@ std::string demangled(const std::string& raw) {
   return out;
 }
 
-std::string own_object() {
-  Dl_info info;
-  if (dladdr(reinterpret_cast<void*>(&on_tracepoint), &info) != 0 && info.dli_fname != nullptr)
-    return info.dli_fname;
-  return {};
-}
-
 Probe& owner_of(Probe& p) noexcept {
   return (p.kind == Kind::exit && p.partner < kMaxProbes) ? probe(p.partner) : p;
 }
@@ -215,17 +207,16 @@ Status attach_tracepoints(const char* pattern, const char* object_pattern, std::
   };
   try {
     std::vector<tp::ElfFunction> fns;
-    const std::string self = own_object();
-    std::vector<std::string> excluded;
+    // Never traced: this library (the dispatch path) and the objects excluded by name.
+    std::vector<std::string> excluded{tp::object_of(reinterpret_cast<std::uintptr_t>(&on_tracepoint))};
     {
       std::lock_guard<std::mutex> lock(registry_mutex());
-      if (g_tp != nullptr) excluded = g_tp->excluded;
+      if (g_tp != nullptr) excluded.insert(excluded.end(), g_tp->excluded.begin(), g_tp->excluded.end());
     }
     // Only the functions the patterns select are copied out of the symbol tables (a
     // process has tens of thousands; python3 with 'Py*' keeps 939).
     const tp::ObjectFilter want = [&](const std::string& object) {
-      return !(!self.empty() && object == self) &&  // never trace the dispatch path
-             std::find(excluded.begin(), excluded.end(), object) == excluded.end() &&
+      return std::find(excluded.begin(), excluded.end(), object) == excluded.end() &&
              (object_pattern == nullptr || fnmatch(object_pattern, object.c_str(), 0) == 0);
     };
     std::string raw_name;  // reused: no allocation per rejected name
