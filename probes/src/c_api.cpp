@@ -86,6 +86,9 @@ int crossmod_probes_attach_tracepoints(const char* pattern, const char* object_p
                                        size_t* new_probes, size_t* refused) {
   return code(cp::attach_tracepoints(pattern, object_pattern, new_probes, refused));
 }
+int crossmod_probes_attach_tracepoint_at(const void* function, size_t* new_probes, size_t* refused) {
+  return code(cp::attach_tracepoint_at(function, new_probes, refused));
+}
 
 size_t crossmod_probes_tracepoint_refusals(crossmod_tracepoint_refusal* out, size_t capacity) {
   if (out == nullptr) capacity = 0;

@@ -16,6 +16,7 @@
 // run with the code owners' toggle locks held (registry.cpp). on_tracepoint is the
 // invocation path: no allocation, no lock.
 #include <cxxabi.h>
+#include <dlfcn.h>
 #include <fnmatch.h>
 
 #include <algorithm>
@@ -193,11 +194,13 @@ Status tracepoint_remove_batch(const ProbeId* ids, std::size_t n, std::size_t* r
 
 }  // namespace detail
 
-Status attach_tracepoints(const char* pattern, const char* object_pattern, std::size_t* new_probes,
-                          std::size_t* refused) noexcept {
-  if (new_probes != nullptr) *new_probes = 0;
-  if (refused != nullptr) *refused = 0;
-  if (pattern == nullptr) return Status::bad_argument;
+namespace {
+
+// Makes the entry and exit probes of each of `fns` (off), or refuses it with a reason; then
+// announces the new probes. Takes the registry lock. The first failure other than a
+// refusal is returned (the rest are still attached).
+Status attach_functions(const std::vector<tp::ElfFunction>& fns, std::size_t* new_probes,
+                        std::size_t* refused) noexcept {
   const bool trap_fallback = g_trap_fallback.load(std::memory_order_relaxed);
   std::vector<std::uint32_t> fresh;
   std::size_t n_refused = 0;
@@ -206,32 +209,7 @@ Status attach_tracepoints(const char* pattern, const char* object_pattern, std::
     if (first == Status::ok) first = s;
   };
   try {
-    std::vector<tp::ElfFunction> fns;
-    // Never traced: this library (the dispatch path) and the objects excluded by name.
-    std::vector<std::string> excluded{tp::object_of(reinterpret_cast<std::uintptr_t>(&on_tracepoint))};
-    {
-      std::lock_guard<std::mutex> lock(registry_mutex());
-      if (g_tp != nullptr) excluded.insert(excluded.end(), g_tp->excluded.begin(), g_tp->excluded.end());
-    }
-    // Only the functions the patterns select are copied out of the symbol tables (a
-    // process has tens of thousands; python3 with 'Py*' keeps 939).
-    const tp::ObjectFilter want = [&](const std::string& object) {
-      return std::find(excluded.begin(), excluded.end(), object) == excluded.end() &&
-             (object_pattern == nullptr || fnmatch(object_pattern, object.c_str(), 0) == 0);
-    };
-    std::string raw_name;  // reused: no allocation per rejected name
-    const tp::DemangledMatchTest demangled_test(pattern);
-    const tp::FunctionFilter keep = [&](std::string_view raw, const std::string&) {
-      raw_name.assign(raw);
-      if (raw_name.rfind("_Z", 0) == 0) {
-        // Demangling every C++ name costs ~1.5 us each (libstdc++'s alone: ~6 ms per
-        // process); most can be ruled out from the mangled name ('Py*', 'sqlite3_*').
-        if (demangled_test.cannot_match(raw)) return false;
-        return fnmatch(pattern, demangled(raw_name).c_str(), 0) == 0;
-      }
-      return fnmatch(pattern, raw_name.c_str(), 0) == 0;
-    };
-    if (!tp::enumerate_functions(&fns, nullptr, want, keep)) return Status::engine_error;
+    fresh.reserve(2 * fns.size());
     std::lock_guard<std::mutex> lock(registry_mutex());
     if (g_tp == nullptr) g_tp = new TpState;
     for (const tp::ElfFunction& f : fns) {
@@ -301,6 +279,73 @@ Status attach_tracepoints(const char* pattern, const char* object_pattern, std::
   if (refused != nullptr) *refused = n_refused;
   for (std::uint32_t id : fresh) announce(id);
   return first;
+}
+
+}  // namespace
+
+Status attach_tracepoints(const char* pattern, const char* object_pattern, std::size_t* new_probes,
+                          std::size_t* refused) noexcept {
+  if (new_probes != nullptr) *new_probes = 0;
+  if (refused != nullptr) *refused = 0;
+  if (pattern == nullptr) return Status::bad_argument;
+  std::vector<tp::ElfFunction> fns;
+  try {
+    // Never traced: this library (the dispatch path) and the objects excluded by name.
+    std::vector<std::string> excluded{tp::object_of(reinterpret_cast<std::uintptr_t>(&on_tracepoint))};
+    {
+      std::lock_guard<std::mutex> lock(registry_mutex());
+      if (g_tp != nullptr) excluded.insert(excluded.end(), g_tp->excluded.begin(), g_tp->excluded.end());
+    }
+    // Only the functions the patterns select are copied out of the symbol tables (a
+    // process has tens of thousands; python3 with 'Py*' keeps 939).
+    const tp::ObjectFilter want = [&](const std::string& object) {
+      return std::find(excluded.begin(), excluded.end(), object) == excluded.end() &&
+             (object_pattern == nullptr || fnmatch(object_pattern, object.c_str(), 0) == 0);
+    };
+    std::string raw_name;  // reused: no allocation per rejected name
+    const tp::DemangledMatchTest demangled_test(pattern);
+    const tp::FunctionFilter keep = [&](std::string_view raw, const std::string&) {
+      raw_name.assign(raw);
+      if (raw_name.rfind("_Z", 0) == 0) {
+        // Demangling every C++ name costs ~1.5 us each (libstdc++'s alone: ~6 ms per
+        // process); most can be ruled out from the mangled name ('Py*', 'sqlite3_*').
+        if (demangled_test.cannot_match(raw)) return false;
+        return fnmatch(pattern, demangled(raw_name).c_str(), 0) == 0;
+      }
+      return fnmatch(pattern, raw_name.c_str(), 0) == 0;
+    };
+    if (!tp::enumerate_functions(&fns, nullptr, want, keep)) return Status::engine_error;
+  } catch (...) {
+    return Status::engine_error;
+  }
+  return attach_functions(fns, new_probes, refused);
+}
+
+Status attach_tracepoint_at(const void* function, std::size_t* new_probes, std::size_t* refused) noexcept {
+  if (new_probes != nullptr) *new_probes = 0;
+  if (refused != nullptr) *refused = 0;
+  const auto addr = reinterpret_cast<std::uintptr_t>(function);
+  std::vector<tp::ElfFunction> fns;
+  try {
+    const std::string object = tp::object_of(addr);
+    if (addr == 0 || object.empty()) return Status::bad_argument;
+    if (object == tp::object_of(reinterpret_cast<std::uintptr_t>(&on_tracepoint))) return Status::bad_argument;
+    // The symbol's name narrows the copy when the dynamic table has it; else every
+    // function of the object is read and the address picks.
+    Dl_info info{};
+    const char* sname = dladdr(function, &info) != 0 && info.dli_saddr == function ? info.dli_sname : nullptr;
+    const tp::ObjectFilter want = [&](const std::string& o) { return o == object; };
+    const tp::FunctionFilter keep = [sname](std::string_view raw, const std::string&) {
+      return sname == nullptr || raw == sname;
+    };
+    if (!tp::enumerate_functions(&fns, nullptr, want, keep)) return Status::engine_error;
+    std::erase_if(fns, [addr](const tp::ElfFunction& f) { return f.addr != addr; });
+    if (fns.size() > 1) fns.resize(1);  // aliases: one symbol is enough
+  } catch (...) {
+    return Status::engine_error;
+  }
+  if (fns.empty()) return Status::bad_argument;  // no function symbol starts there
+  return attach_functions(fns, new_probes, refused);
 }
 
 std::size_t tracepoint_refusals(TracepointRefusal* out, std::size_t capacity) noexcept {

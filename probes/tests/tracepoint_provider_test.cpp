@@ -100,6 +100,46 @@ TEST(TracepointProvider, ExcludedObjectIsLeftAlone) {
   EXPECT_EQ(std::memcmp(before, reinterpret_cast<const void*>(&tpw_work), sizeof before), 0);
 }
 
+// attach_tracepoint_at: the one function at the address gets its two probes (off), no
+// other; an address where no function symbol starts is refused, and so is this library.
+TEST(TracepointProvider, AttachAtMakesTheProbesOfOneFunction) {
+  int on_stack = 0;
+  std::size_t made = 7, refused = 7;
+  EXPECT_EQ(cp::attach_tracepoint_at(nullptr, &made, &refused), cp::Status::bad_argument);
+  EXPECT_EQ(made, 0u);
+  EXPECT_EQ(refused, 0u);
+  EXPECT_EQ(cp::attach_tracepoint_at(&on_stack), cp::Status::bad_argument);
+  EXPECT_EQ(cp::attach_tracepoint_at(reinterpret_cast<const char*>(&tpw_leaf) + 1), cp::Status::bad_argument);
+  EXPECT_EQ(cp::attach_tracepoint_at(reinterpret_cast<const void*>(&cp::activate)), cp::Status::bad_argument);
+  EXPECT_EQ(cp::count(), 0u);
+  ASSERT_EQ(crossmod_probes_attach_tracepoint_at(reinterpret_cast<const void*>(&tpw_leaf), &made, &refused),
+            CROSSMOD_PROBE_OK);
+  EXPECT_EQ(made, 2u);
+  EXPECT_EQ(refused, 0u);
+  ASSERT_EQ(cp::count(), 2u);
+  cp::ProbeId entry = cp::kNoProbe, exit = cp::kNoProbe;
+  for (cp::ProbeId id = 0; id < cp::count(); ++id) {
+    cp::ProbeInfo pi;
+    ASSERT_EQ(cp::info(id, &pi), cp::Status::ok);
+    EXPECT_EQ(pi.provider, cp::Provider::tracepoint);
+    EXPECT_EQ(pi.function, reinterpret_cast<std::uintptr_t>(&tpw_leaf));
+    EXPECT_STREQ(pi.name, "tpw_leaf");
+    EXPECT_FALSE(pi.active);
+    (pi.kind == cp::Kind::entry ? entry : exit) = id;
+    if (id < kIds) g_is_exit[id] = pi.kind == cp::Kind::exit;
+  }
+  ASSERT_NE(entry, cp::kNoProbe);
+  ASSERT_NE(exit, cp::kNoProbe);
+  EXPECT_EQ(cp::attach_tracepoint_at(reinterpret_cast<const void*>(&tpw_leaf), &made), cp::Status::ok);
+  EXPECT_EQ(made, 0u);  // already probed
+  ASSERT_EQ(cp::activate(exit, count_fn), cp::Status::ok);
+  ASSERT_EQ(cp::activate(entry, count_fn), cp::Status::ok);
+  for (std::uint64_t i = 0; i < 100; ++i) ASSERT_EQ(tpw_leaf(i), i + 1);
+  EXPECT_EQ(tpw_work(4), 13u);  // not traced: counts nothing
+  EXPECT_EQ(calls(entry), 100u);
+  EXPECT_EQ(calls(exit), 100u);
+}
+
 TEST(TracepointProvider, AttachMakesOffProbesAndLeavesCodeAlone) {
   std::uint8_t before[8];
   std::memcpy(before, reinterpret_cast<const void*>(&tpw_work), sizeof before);

@@ -779,21 +779,11 @@ void calibrate_self(cp::ProbeId entry, cp::ProbeId exit, void (*target)(volatile
 // --trace: a tracepoint on this library's tracepoint calibration site (its only function
 // ever traced; jump-only, found by on_found), then the library is excluded from every later
 // attach: its functions run inside the probe functions, and a probe on them would time the
-// profiler, or call itself. The object pattern is the library's path with fnmatch's special
-// characters escaped.
+// profiler, or call itself.
 void attach_calib_tracepoint() noexcept {
-  Dl_info info;
   const void* target = reinterpret_cast<const void*>(&crossmod_profile_calib_target_tp);
-  if (dladdr(target, &info) == 0 || info.dli_fname == nullptr) return;
-  char pattern[4096];
-  std::size_t n = 0;
-  for (const char* c = info.dli_fname; *c != '\0' && n + 2 < sizeof pattern; ++c) {
-    if (std::strchr("*?[]\\", *c) != nullptr) pattern[n++] = '\\';
-    pattern[n++] = *c;
-  }
-  pattern[n] = '\0';
   cp::set_tracepoint_trap_fallback(false);
-  (void)cp::attach_tracepoints("crossmod_profile_calib_target_tp", pattern);
+  (void)cp::attach_tracepoint_at(target);
   if (cp::exclude_from_tracepoints(target) != cp::Status::ok)
     warn("--trace: cannot exclude the profiler's own library from tracing");
 }

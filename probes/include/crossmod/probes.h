@@ -75,6 +75,7 @@ int crossmod_probes_activate_all(crossmod_probe_fn fn, size_t* toggled);
 int crossmod_probes_deactivate_all(size_t* toggled);
 int crossmod_probes_attach_tracepoints(const char* pattern, const char* object_pattern,
                                        size_t* new_probes, size_t* refused);
+int crossmod_probes_attach_tracepoint_at(const void* function, size_t* new_probes, size_t* refused);
 /* Tracepoint provider details (crossmod::probes::tracepoint_refusals & co). */
 typedef struct crossmod_tracepoint_refusal {
   uintptr_t function;

@@ -146,6 +146,12 @@ Status install_many(const ProbeId* ids, std::size_t n) noexcept;
 // made, `refused` (optional) the number of functions the relocator refused.
 Status attach_tracepoints(const char* pattern, const char* object_pattern,
                           std::size_t* new_probes = nullptr, std::size_t* refused = nullptr) noexcept;
+// The same for the one function whose symbol starts at `function`, in whatever loaded
+// object holds it; this library's are never traced and exclude_from_tracepoints does not
+// apply (the caller names the function). bad_argument when no function symbol starts
+// there. E.g. a profiler putting a tracepoint on its own calibration function.
+Status attach_tracepoint_at(const void* function, std::size_t* new_probes = nullptr,
+                            std::size_t* refused = nullptr) noexcept;
 // Details of the tracepoint provider (provider_tracepoint.cpp):
 // - A function is skipped (neither probed nor refused) when its object is this library,
 //   or a probe already sits at its entry (another provider, or an earlier attach).
