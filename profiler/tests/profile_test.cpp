@@ -392,6 +392,21 @@ TEST(ProfileTrace, OutcomeIsANote) {
   EXPECT_TRUE(noted) << j["notes"].dump();
 }
 
+// Every image of an exec chain writes its runtime's note; the report keeps each text once
+// and names the segments (a shell shim that execs 38 times used to repeat it 38 times).
+TEST(ProfileTrace, RepeatedNoteIsOneLineWithItsSegments) {
+  const Outcome r = crossmod("trace-exec", "--quiet --policy none --trace 'crossmod_no_such_fn_*' -- /bin/sh -c "
+                                           "'exec /bin/sh -c \"exec /bin/true\"'");
+  ASSERT_EQ(r.status, 0) << r.err;
+  const json j = report(r);
+  EXPECT_EQ(j["exit"]["execs"].get<int>(), 2) << j["exit"].dump();
+  std::vector<std::string> trace_notes;
+  for (const json& n : j["notes"])
+    if (n.get<std::string>().find("--trace: ") != std::string::npos) trace_notes.push_back(n.get<std::string>());
+  ASSERT_EQ(trace_notes.size(), 1u) << j["notes"].dump();
+  EXPECT_EQ(trace_notes[0].rfind("segments 0-2: --trace: 0 tracepoint probes", 0), 0u) << trace_notes[0];
+}
+
 // --trace calibrates the tracepoint provider (self_ticks / nest_ticks, on the runtime's own
 // calibration site) and never traces the runtime's functions, whatever the pattern: they
 // run inside the probe functions. '*' traces every other function of the process.

@@ -55,6 +55,21 @@ std::string cstr_at(const char* strings, std::uint64_t used, std::uint32_t off) 
   return std::string(s, n);
 }
 
+// "segment 3", "segments 0-37", "segments 0, 2-5": ascending, as the images ran.
+std::string segments_text(std::vector<std::uint64_t> v) {
+  std::sort(v.begin(), v.end());
+  v.erase(std::unique(v.begin(), v.end()), v.end());  // a forked child writes its parent's number
+  std::string o = v.size() == 1 ? "segment " : "segments ";
+  for (std::size_t i = 0; i < v.size();) {
+    std::size_t j = i;
+    while (j + 1 < v.size() && v[j + 1] == v[j] + 1) ++j;
+    if (i > 0) o += ", ";
+    o += j == i ? fmt::format("{}", v[i]) : fmt::format("{}-{}", v[i], v[j]);
+    i = j + 1;
+  }
+  return o;
+}
+
 }  // namespace
 
 ProfileData read_segments(const std::string& raw_dir, const RunInfo& run) {
@@ -107,6 +122,10 @@ ProfileData read_segments(const std::string& raw_dir, const RunInfo& run) {
   }
 
   std::map<std::pair<std::string, std::string>, std::size_t> index;
+  // The runtime's one-line note of each image; an exec chain repeats the same line in every
+  // image (python3 behind a shell shim: 38 times), so each text is kept once with the
+  // segments that wrote it.
+  std::vector<std::pair<std::string, std::vector<std::uint64_t>>> image_notes;
   const double t0 = hdrs.empty() ? static_cast<double>(run.start_tsc) : static_cast<double>(hdrs[0]->start_tsc);
   for (std::size_t k = 0; k < hdrs.size(); ++k) {
     const Header& h = *hdrs[k];
@@ -149,7 +168,12 @@ ProfileData read_segments(const std::string& raw_dir, const RunInfo& run) {
     if (h.toggle_failures > 0)
       d.notes.push_back(fmt::format("segment {}: {} probe toggles failed (last status: {})", h.segment,
                                     h.toggle_failures, status_name(h.last_failure)));
-    if (h.note[0] != '\0') d.notes.push_back(std::string(h.note, strnlen(h.note, sizeof h.note)));
+    if (h.note[0] != '\0') {
+      std::string text(h.note, strnlen(h.note, sizeof h.note));
+      auto it = std::find_if(image_notes.begin(), image_notes.end(), [&](const auto& x) { return x.first == text; });
+      if (it == image_notes.end()) it = image_notes.insert(image_notes.end(), {std::move(text), {}});
+      it->second.push_back(h.segment);
+    }
     if (h.dropped_funcs > 0)
       d.notes.push_back(fmt::format("segment {}: {} functions beyond the table ({}) were not profiled",
                                     h.segment, h.dropped_funcs, h.max_funcs));
@@ -211,6 +235,8 @@ ProfileData read_segments(const std::string& raw_dir, const RunInfo& run) {
       for (unsigned b = 0; b < kHistBuckets; ++b) s.hist[b] += f.hist[b];
     }
   }
+  for (auto& [text, segs] : image_notes)
+    d.notes.push_back(hdrs.size() == 1 ? std::move(text) : segments_text(segs) + ": " + text);
   if (!hdrs.empty() && d.probes == 0)
     d.notes.push_back(
         "no probe sites: build the program with -finstrument-functions or -fpatchable-function-entry=5, "
