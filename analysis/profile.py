@@ -5,7 +5,9 @@ run list scripts/profile_eval.py writes (runs.csv):
 
 - table3:   per workload and policy, CPU-time slowdown against the run without any
             preload (paired per round of the interleaving: median and min..max over
-            rounds), toggle share, toggles/s, samples/s, probes, functions (PLDI'16 Table 3).
+            rounds), the same against `none` of the round (the runtime loaded, no probe on:
+            a policy's cost beyond start-up), toggle share, toggles/s, samples/s, probes,
+            functions (PLDI'16 Table 3).
 - accuracy: per latency_lab function and run, the true mean latency against the estimate
             and its interval (covered? within 10%?); and the on-CPU mean (samples without
             a context switch, newer profilers) against the true mean of unpreempted calls.
@@ -17,7 +19,7 @@ run list scripts/profile_eval.py writes (runs.csv):
             (the dimeN runs, whose sampling only the budget limits, when present).
 
 Pure functions over loaded data; every reader raises loaders.InputError naming the file
-and the field at fault. Regenerate everything with `python3 -m analysis.profile DIR`.
+and the field at fault. Regenerate everything with `python3 -m analysis.profile_cli DIR`.
 """
 from __future__ import annotations
 
@@ -368,14 +370,16 @@ def _config(r: dict) -> str:
     return r["label"]
 
 
-def paired_slowdowns(rows: list[dict[str, Any]]) -> dict[tuple[str, str], list[float]]:
-    """(workload, label) -> CPU-time ratio to the no-preload baseline of the same round."""
+def paired_slowdowns(rows: list[dict[str, Any]], reference: str = "baseline") -> dict[tuple[str, str], list[float]]:
+    """(workload, label) -> CPU-time ratio to the run labelled `reference` of the same round:
+    the no-preload baseline, or `none` (the runtime loaded, every probe off: what a policy
+    costs beyond the runtime's start-up)."""
     base = {(r["workload"], r["round"]): r["cpu_s"] for r in rows
-            if r["policy"] == "baseline" and r["rc"] == 0 and r["cpu_s"]}
+            if _config(r) == reference and r["rc"] == 0 and r["cpu_s"]}
     out: dict[tuple[str, str], list[float]] = {}
     for r in rows:
         b = base.get((r["workload"], r["round"]))
-        if r["policy"] == "baseline" or b is None or r["cpu_s"] is None or r["rc"] != 0:
+        if _config(r) == reference or r["policy"] == "baseline" or b is None or r["cpu_s"] is None or r["rc"] != 0:
             continue
         out.setdefault((r["workload"], _config(r)), []).append(r["cpu_s"] / b)
     return out
@@ -384,6 +388,7 @@ def paired_slowdowns(rows: list[dict[str, Any]]) -> dict[tuple[str, str], list[f
 def table3(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """One row per (workload, configuration), in run order of first appearance."""
     slow = paired_slowdowns(rows)
+    over_none = paired_slowdowns(rows, "none")
     groups: dict[tuple[str, str], list[dict]] = {}
     for r in rows:
         groups.setdefault((r["workload"], _config(r)), []).append(r)
@@ -398,6 +403,8 @@ def table3(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
         s = slow.get((workload, label), [])
         ci = median_ci(s) or (None, None)
+        sn = over_none.get((workload, label), [])
+        ci_n = median_ci(sn) or (None, None)
         out.append({
             "workload": workload, "provider": rs[0]["provider"], "config": label,
             "policy": rs[0]["policy"], "budget": rs[0]["budget"],
@@ -406,6 +413,8 @@ def table3(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
             "slowdown_median": 1.0 if rs[0]["policy"] == "baseline" and ok else _median(s),
             "slowdown_min": min(s) if s else None, "slowdown_max": max(s) if s else None,
             "slowdown_ci_lo": ci[0], "slowdown_ci_hi": ci[1],
+            "vs_none_median": 1.0 if label == "none" and ok else _median(sn),
+            "vs_none_ci_lo": ci_n[0], "vs_none_ci_hi": ci_n[1],
             "instr_share": med("instr_share"), "toggle_share": med("toggle_share"),
             "daemon_share": med("daemon_share"),
             "toggles_per_s": med("toggles_per_s"), "samples_per_s": med("samples_per_s"),
@@ -698,8 +707,9 @@ def _num(v: Optional[float]) -> str:
 
 def table3_markdown(rows: list[dict[str, Any]]) -> str:
     lines = ["| workload | provider | config | runs | CPU s (median) | slowdown (median, min..max) "
-             "| median's 95% interval | instr share | toggle share | daemon share | toggles/s | samples/s | probes | functions |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "| median's 95% interval | vs none (median, 95% interval) | instr share | toggle share | daemon share "
+             "| toggles/s | samples/s | probes | functions |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         if r["slowdown_median"] is None:
             slow = "-"
@@ -711,8 +721,16 @@ def table3_markdown(rows: list[dict[str, Any]]) -> str:
                 slow += f" ({r['slowdown_min']:.3f}..{r['slowdown_max']:.3f})"
         cpu = "-" if r["cpu_s_median"] is None else f"{r['cpu_s_median']:.3f}"
         ci = "-" if r.get("slowdown_ci_lo") is None else f"{r['slowdown_ci_lo']:.3f}..{r['slowdown_ci_hi']:.3f}"
+        if r.get("vs_none_median") is None:
+            vs_none = "-"
+        elif r["config"] == "none":
+            vs_none = "1 (reference)"
+        else:
+            vs_none = f"{r['vs_none_median']:.3f}x"
+            if r.get("vs_none_ci_lo") is not None:
+                vs_none += f" ({r['vs_none_ci_lo']:.3f}..{r['vs_none_ci_hi']:.3f})"
         runs = f"{r['runs']}" + (f" ({r['failed_runs']} failed)" if r["failed_runs"] else "")
-        lines.append(f"| {r['workload']} | {r['provider']} | {r['config']} | {runs} | {cpu} | {slow} | {ci} | "
+        lines.append(f"| {r['workload']} | {r['provider']} | {r['config']} | {runs} | {cpu} | {slow} | {ci} | {vs_none} | "
                      f"{_pct(r['instr_share'])} | {_pct(r['toggle_share'], 3)} | {_pct(r['daemon_share'])} | "
                      f"{_num(r['toggles_per_s'])} | "
                      f"{_num(r['samples_per_s'])} | {_num(r['probes'])} | {_num(r['functions'])} |")

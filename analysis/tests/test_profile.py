@@ -177,8 +177,14 @@ def test_table3_paired_slowdown(eval_folder):
     assert t3["budget"]["slowdown_median"] == pytest.approx(1.04)
     assert t3["budget"]["toggles_per_s"] == 1000.0 and t3["budget"]["probes"] == 20
     assert t3["baseline"]["probes"] is None
+    # Against `none` of the same round (1.002x the baseline): what a policy adds to start-up.
+    assert t3["none"]["vs_none_median"] == 1.0 and t3["baseline"]["vs_none_median"] is None
+    assert t3["full"]["vs_none_median"] == pytest.approx(3.0 / 1.002)
+    assert t3["budget"]["vs_none_median"] == pytest.approx(1.04 / 1.002)
     md = prof.table3_markdown(prof.table3(rows))
-    assert "| lab-cyg | cyg | full | 2 | 9.000 | 3.000x (3.000..3.000) |" in md
+    assert "| lab-cyg | cyg | full | 2 | 9.000 | 3.000x (3.000..3.000) | - | 2.994x |" in md
+    assert "| lab-cyg | cyg | none | 2 | 3.006 | 1.002x (1.002..1.002) | - | 1 (reference) |" in md
+    assert "| lab-cyg | cyg | baseline | 2 | 3.000 | 1 (reference) | - | - |" in md
 
 
 def test_slowdown_skips_failed_runs(eval_folder):
