@@ -102,7 +102,7 @@ Status WordPatcher::start_patch(void* addr, std::span<const std::uint8_t> bytes,
     // Not straddling: [addr, addr+len) is in one line, so one in-line store replaces it
     // and a concurrent fetch sees the old or the new line. Documented for the default
     // LOCK CMPXCHG (SDM Vol 3A 9.1.2.2); for InlineStore::plain only inside an aligned
-    // quadword on AMD (APM Vol 2 7.3.2) - the `aligned` sweep protocol measures the rest.
+    // quadword on AMD (APM Vol 2 7.3.2), and a plain store across one has torn (x86.hpp).
     const Status s = inline_store(store_, h->addr, bytes);
     h->phase = 3;
     h->stamp = x86::rdtsc();

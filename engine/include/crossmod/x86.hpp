@@ -61,7 +61,9 @@ void spin_ticks_from(std::uint64_t start, std::uint64_t ticks) noexcept;
 //    one line (SDM Vol 3A 9.1.2.2; AMD APM Vol 2 7.3.2). The engine's default.
 //  - store_plain: one unaligned MOV of the window. Intel documents unaligned accesses
 //    that fit in a line as atomic (SDM Vol 3A 9.1.1); AMD only those inside an aligned
-//    quadword (APM Vol 2 7.3.2). The `aligned` sweep protocol checks which holds here.
+//    quadword (APM Vol 2 7.3.2). On a Zen 4 guest a plain store across a quadword boundary
+//    inside a line was fetched torn (once in 1.69M exposed toggles; the `aligned` control
+//    used it until 2026-11-24 and now uses store_locked, harness/src/cell/protocol.cpp).
 Status store_locked(std::uint8_t* dst, std::span<const std::uint8_t> bytes) noexcept;
 Status store_plain(std::uint8_t* dst, std::span<const std::uint8_t> bytes) noexcept;
 // Single-byte store (atomic on every x86).

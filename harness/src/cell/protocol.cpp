@@ -186,7 +186,12 @@ std::unique_ptr<SiteProtocol> make_site_protocol(const CellSpec& spec) {
     case Protocol::sync_core:
       return std::make_unique<WordPatchProtocol>(WaitPolicy::SyncCore(), InlineStore::locked);
     case Protocol::aligned:
-      return std::make_unique<WordPatchProtocol>(WaitPolicy::None(), InlineStore::plain);
+      // The engine's own in-line write (LOCK CMPXCHG), documented atomic for any window in a
+      // line: a negative control may only check what is documented. Until 2026-11-24 this was
+      // a plain MOV, which AMD documents only inside an aligned quadword; at site_offset 29
+      // (bytes 29..33, across the quadword boundary at 32) it tore once in 1.69M exposed
+      // toggles (results/amd-fam25-mod17-step1-1pkg/calibrate-20261124T133934Z.json).
+      return std::make_unique<WordPatchProtocol>(WaitPolicy::None(), InlineStore::locked);
     case Protocol::naive: return std::make_unique<NaiveProtocol>(spec.wait_ticks);
     case Protocol::callpatch: return std::make_unique<CallPatchProtocol>();
     case Protocol::selftest_hang: return std::make_unique<HangProtocol>();

@@ -29,7 +29,7 @@ enum class Protocol {
   wordpatch,   // engine WordPatcher, WaitPolicy::Ticks(wait_ticks)
   naive,       // engine naive_split_write: front then back, no int3 (positive control)
   callpatch,   // engine CallSite activate/deactivate (must never fail)
-  aligned,     // site inside one line at site_offset, one plain store (negative control)
+  aligned,     // site inside one line at site_offset, one locked store (negative control)
   sync_core,   // engine WordPatcher, WaitPolicy::SyncCore()
   // Test-only, hidden from --help: exercise the watchdog and crash classification.
   selftest_hang,    // the child never finishes: must be recorded as `hang`
