@@ -1056,8 +1056,25 @@ void* daemon_main(void*) {
   // budget: all of the daemon's CPU time is instrumentation time. Its switch-ons and
   // removals are charged as they happen (wall ticks); after each wake the rest of the CPU
   // time it used since the last one (folds, rate windows, the walk itself) is charged too.
-  std::uint64_t daemon_cpu_last = store_daemon_cpu();
+  // From the thread's start: its set-up above (the retraction tables) is the daemon's cost too.
+  std::uint64_t daemon_cpu_last = 0;
   std::uint64_t daemon_charged_last = A(g_hdr->daemon_instr_ticks).load(std::memory_order_relaxed);
+  // Stores the daemon's CPU time; under budget charges what the switch-ons and removals
+  // (charged as they happened) left out of it since the last call.
+  const auto settle_daemon_cpu = [&]() noexcept {
+    const std::uint64_t daemon_cpu = store_daemon_cpu();
+    if (g_cfg.policy == Policy::budget && daemon_cpu > daemon_cpu_last) {
+      const std::uint64_t used = ns_to_ticks(daemon_cpu - daemon_cpu_last);
+      const std::uint64_t charged = A(g_hdr->daemon_instr_ticks).load(std::memory_order_relaxed) - daemon_charged_last;
+      if (used > charged) {
+        g_period_spent.fetch_add(used - charged, std::memory_order_relaxed);
+        add(g_hdr->daemon_instr_ticks, used - charged);
+      }
+      daemon_charged_last = A(g_hdr->daemon_instr_ticks).load(std::memory_order_relaxed);
+    }
+    if (daemon_cpu != 0) daemon_cpu_last = daemon_cpu;
+  };
+  settle_daemon_cpu();
   while (!g_stopping.load(std::memory_order_relaxed)) {
     next = plus_ns(next, tick_ns);
     // The wake is a random offset into the tick (the grid `next` stays): windows opened at
@@ -1209,19 +1226,11 @@ void* daemon_main(void*) {
       retract_pass(rs, cand, ids, epoch_ticks, retract_how);
       cand.clear();
     }
-    const std::uint64_t daemon_cpu = store_daemon_cpu();
-    if (g_cfg.policy == Policy::budget && daemon_cpu > daemon_cpu_last) {
-      const std::uint64_t used = ns_to_ticks(daemon_cpu - daemon_cpu_last);
-      const std::uint64_t charged = A(g_hdr->daemon_instr_ticks).load(std::memory_order_relaxed) - daemon_charged_last;
-      if (used > charged) {
-        g_period_spent.fetch_add(used - charged, std::memory_order_relaxed);
-        add(g_hdr->daemon_instr_ticks, used - charged);
-      }
-      daemon_charged_last = A(g_hdr->daemon_instr_ticks).load(std::memory_order_relaxed);
-    }
-    if (daemon_cpu != 0) daemon_cpu_last = daemon_cpu;
+    settle_daemon_cpu();
   }
-  store_daemon_cpu();
+  // The last tick's work too (a stop can come between a walk and its settling): under
+  // budget the report's instrumentation time must hold all of the daemon's CPU time.
+  settle_daemon_cpu();
   return nullptr;
 }
 
