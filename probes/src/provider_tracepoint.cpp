@@ -196,6 +196,13 @@ Status tracepoint_remove_batch(const ProbeId* ids, std::size_t n, std::size_t* r
 
 namespace {
 
+// This library's name as the enumeration gives it: never traced (the dispatch path).
+// Computed once (a dl_iterate_phdr pass); may throw bad_alloc, callers catch.
+const std::string& own_object() {
+  static const std::string name = tp::object_of(reinterpret_cast<std::uintptr_t>(&on_tracepoint));
+  return name;
+}
+
 // Makes the entry and exit probes of each of `fns` (off), or refuses it with a reason; then
 // announces the new probes. Takes the registry lock. The first failure other than a
 // refusal is returned (the rest are still attached).
@@ -291,7 +298,7 @@ Status attach_tracepoints(const char* pattern, const char* object_pattern, std::
   std::vector<tp::ElfFunction> fns;
   try {
     // Never traced: this library (the dispatch path) and the objects excluded by name.
-    std::vector<std::string> excluded{tp::object_of(reinterpret_cast<std::uintptr_t>(&on_tracepoint))};
+    std::vector<std::string> excluded{own_object()};
     {
       std::lock_guard<std::mutex> lock(registry_mutex());
       if (g_tp != nullptr) excluded.insert(excluded.end(), g_tp->excluded.begin(), g_tp->excluded.end());
@@ -327,9 +334,9 @@ Status attach_tracepoint_at(const void* function, std::size_t* new_probes, std::
   const auto addr = reinterpret_cast<std::uintptr_t>(function);
   std::vector<tp::ElfFunction> fns;
   try {
+    if (addr == 0) return Status::bad_argument;
     const std::string object = tp::object_of(addr);
-    if (addr == 0 || object.empty()) return Status::bad_argument;
-    if (object == tp::object_of(reinterpret_cast<std::uintptr_t>(&on_tracepoint))) return Status::bad_argument;
+    if (object.empty() || object == own_object()) return Status::bad_argument;
     // The symbol's name narrows the copy when the dynamic table has it; else every
     // function of the object is read and the address picks.
     Dl_info info{};
