@@ -480,6 +480,23 @@ TEST(ProfileTrace, ConvergedFunctionsLoseTheirJump) {
   EXPECT_EQ(j["overhead"]["retracts"].get<unsigned long>(), 2u);
 }
 
+// Under budget all of the daemon's CPU time is instrumentation time: from the thread's start
+// (its set-up) to its end (the work after the last wake's settling). With a --trace pattern
+// that matches nothing no probe hit is charged, so the report's instr_ticks is the daemon's
+// charge alone and must hold its whole CPU time (a rounding of < 1 tick per settling and
+// the float conversion aside: 0.1%). Without the set-up's charge it fails by 0.5-1 M of
+// ~3.9 M ticks (three runs); the last tick's charge is seldom more than a few ticks, so
+// this test does not see it missing.
+TEST(ProfileBudget, DaemonCpuIsChargedWhole) {
+  const Outcome r =
+      crossmod("budget-daemon", std::string("--quiet --policy budget --trace 'no_such_function_*' -- ") + PROF_MT_PLAIN + " 1 2000000");
+  ASSERT_EQ(r.status, 0) << r.err;
+  const json j = report(r);
+  const double daemon_ticks = j["overhead"]["daemon_cpu_s"].get<double>() * j["run"]["tsc_hz"].get<double>();
+  ASSERT_GT(daemon_ticks, 0.0) << j["overhead"].dump();
+  EXPECT_GE(j["overhead"]["instr_ticks"].get<double>(), daemon_ticks * 0.999) << j["overhead"].dump();
+}
+
 TEST(ProfileBadInput, ExitsTwoAndWritesNothing) {
   const std::string prog = PROF_MT_CYG;
   const std::string bad_metrics = (fs::temp_directory_path() / ("crossmod-bad-" + std::to_string(getpid()) + ".toml")).string();
