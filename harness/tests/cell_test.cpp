@@ -7,6 +7,7 @@
 #include <set>
 
 #include "cell/cell.hpp"
+#include "cell/protocol.hpp"
 #include "machine/topology.hpp"
 
 namespace crossmod::harness {
@@ -179,6 +180,25 @@ TEST(Cell, OutcomeAndPhaseNamesRoundTrip) {
   EXPECT_EQ(std::string(to_string(Phase::sentinel)), "sentinel");
   EXPECT_FALSE(parse_outcome("torn"));
   EXPECT_FALSE(parse_phase("warmup"));
+}
+
+// A negative control may only check documented behaviour. The engine's LOCK CMPXCHG is
+// documented atomic for any window inside a line; a plain MOV only inside an aligned
+// quadword (AMD APM Vol 2 7.3.2), and as `aligned` it tore once at site_offset 29
+// (results/amd-fam25-mod17-step1-1pkg/calibrate-20261124T133934Z.json). Both stores write
+// the same bytes, so only the protocol object can say which one a cell runs.
+TEST(Cell, InLineWritesOfTheWordPatchProtocolsAreLocked) {
+  for (const Protocol p : {Protocol::aligned, Protocol::wordpatch, Protocol::sync_core}) {
+    CellSpec s;
+    s.protocol = p;
+    const auto proto = make_site_protocol(s);
+    ASSERT_NE(proto, nullptr) << to_string(p);
+    ASSERT_NE(proto->in_line_store(), nullptr) << to_string(p);
+    EXPECT_STREQ(proto->in_line_store(), "locked") << to_string(p);
+  }
+  CellSpec s;
+  s.protocol = Protocol::naive;
+  EXPECT_EQ(make_site_protocol(s)->in_line_store(), nullptr);
 }
 
 }  // namespace

@@ -62,6 +62,7 @@ class WordPatchProtocol final : public TwoStates {
     return {};
   }
   Status patch(bool to_b) override { return wp_->patch(site_, next(to_b)); }
+  const char* in_line_store() const override { return store_ == InlineStore::locked ? "locked" : "plain"; }
 
  private:
   WaitPolicy wait_;

@@ -83,6 +83,9 @@ class SiteProtocol {
   [[nodiscard]] virtual Status patch(bool to_b) = 0;
   // After the dwell; only selftest-torn has something to put back.
   [[nodiscard]] virtual Status restore(bool /*to_b*/) { return Status::ok; }
+  // The WordPatcher protocols: their in-line store, "locked" or "plain" (the two write the
+  // same bytes, so no cell can tell them apart); nullptr for the others.
+  [[nodiscard]] virtual const char* in_line_store() const { return nullptr; }
 };
 
 std::unique_ptr<SiteProtocol> make_site_protocol(const CellSpec& spec);
