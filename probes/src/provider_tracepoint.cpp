@@ -76,13 +76,18 @@ Status from_tp(tp::Status s) noexcept {
 
 // Functions whose return address cannot be redirected: those that store it (setjmp,
 // vfork, getcontext: a later longjmp / second return would reach the exit trampoline
-// without a frame), and entry points with no ordinary return address at [rsp] or with a
-// calling convention that preserves registers the exit dispatcher clobbers (ld.so's lazy
-// binding and TLS descriptor stubs, the signal-return stub, _start).
+// without a frame), those that identify their caller by it (dlopen and dlmopen search the
+// caller's RUNPATH and namespace, dlsym and dlvsym resolve RTLD_NEXT after the caller's
+// object: redirected, the caller is the exit stub in the probes library, and an
+// interposer's dlsym(RTLD_NEXT, "dlopen") found itself and recursed until the stack ran
+// out), and entry points with no ordinary return address at [rsp] or with a calling
+// convention that preserves registers the exit dispatcher clobbers (ld.so's lazy binding
+// and TLS descriptor stubs, the signal-return stub, _start).
 bool reads_return_address(const char* name) noexcept {
   static constexpr const char* kPatterns[] = {
       "*setjmp*",       "*vfork*",         "*getcontext*", "*swapcontext*", "__libc_start_main*",
-      "_dl_runtime_*",  "_dl_tlsdesc_*",   "__restore_rt", "_start",        "__morestack"};
+      "_dl_runtime_*",  "_dl_tlsdesc_*",   "__restore_rt", "_start",        "__morestack",
+      "dlopen",         "dlmopen",         "dlsym",        "dlvsym"};
   for (const char* p : kPatterns)
     if (fnmatch(p, name, 0) == 0) return true;
   return false;

@@ -5,6 +5,7 @@
 // functions, longjmp out of traced frames), trap mode, and the refusal list.
 // Each test attaches for itself (gtest_discover_tests runs one test per process; in one
 // process the second attach finds the probes already made).
+#include <dlfcn.h>
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -179,6 +180,38 @@ TEST(TracepointProvider, AttachMakesOffProbesAndLeavesCodeAlone) {
   for (const auto& x : r)
     listed = listed || (std::strcmp(x.name, "tpw_fake_setjmp") == 0 && x.entry_probe);
   EXPECT_TRUE(listed);
+}
+
+// dlopen, dlmopen, dlsym and dlvsym find their caller by its return address (RUNPATH and
+// namespace; RTLD_NEXT): an exit probe would make the caller the exit stub in the probes
+// library. They get an entry probe only, and dlsym(RTLD_NEXT) answers the same with it on.
+// (With the exit probe, a preloaded dlopen interposer's dlsym(RTLD_NEXT, "dlopen") found
+// the interposer itself and recursed.)
+TEST(TracepointProvider, CallerSensitiveDlFunctionsHaveNoExitProbe) {
+  void* const before = dlsym(RTLD_NEXT, "malloc");
+  ASSERT_NE(before, nullptr);
+  std::size_t made = 0;
+  ASSERT_EQ(cp::attach_tracepoints("dl[ovms]*", "*libc.so*", &made, nullptr), cp::Status::ok);
+  int found = 0;
+  cp::ProbeId dlsym_entry = cp::kNoProbe;
+  for (cp::ProbeId id = 0; id < cp::count(); ++id) {
+    cp::ProbeInfo pi;
+    if (cp::info(id, &pi) != cp::Status::ok || pi.provider != cp::Provider::tracepoint) continue;
+    for (const char* n : {"dlopen", "dlmopen", "dlsym", "dlvsym"}) {
+      if (std::strcmp(pi.name, n) != 0) continue;
+      EXPECT_EQ(pi.kind, cp::Kind::entry) << n << " has an exit probe";
+      if (pi.kind == cp::Kind::entry) ++found;
+      if (std::strcmp(n, "dlsym") == 0 && pi.kind == cp::Kind::entry) dlsym_entry = id;
+    }
+  }
+  EXPECT_EQ(found, 4) << "made " << made;
+  ASSERT_NE(dlsym_entry, cp::kNoProbe);
+  ASSERT_LT(dlsym_entry, kIds);
+  ASSERT_EQ(cp::activate_matching("dlsym", count_fn, nullptr), cp::Status::ok);
+  const std::uint64_t c0 = calls(dlsym_entry);
+  EXPECT_EQ(dlsym(RTLD_NEXT, "malloc"), before);
+  EXPECT_EQ(calls(dlsym_entry), c0 + 1);
+  ASSERT_EQ(cp::deactivate_matching("dlsym", nullptr), cp::Status::ok);
 }
 
 TEST(TracepointProvider, EightThreadsExactCountsAndDurations) {
