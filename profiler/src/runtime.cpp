@@ -197,14 +197,24 @@ Tls& tls() noexcept {
 // must forget every page its parent had, or its first sample reads an unmapped page
 // (SIGSEGV, seen). The child runs only the forking thread; its calls in flight then count
 // as unknown, and it gets no new pages (no daemon in a forked child).
+// Until the child handler runs, the child already runs code: glibc's fork returns from
+// _Fork and calls _IO_list_resetlock first, and with --trace '*' their probes fired and
+// read the page (the child of every fork died of SIGSEGV: bash under --trace '*' 'full'
+// through pyenv's shims). So from the prepare handler to the parent's or the child's
+// handler no thread reads a page (g_forking; its samples in that window are unknown).
+std::atomic<bool> g_forking{false};
+void forking_prepare() noexcept { g_forking.store(true, std::memory_order_relaxed); }
+void forking_parent() noexcept { g_forking.store(false, std::memory_order_relaxed); }
 void forget_switch_pages_in_child() noexcept {
   t_tls.seq_page = nullptr;
   if (g_seq_pages != nullptr)
     for (std::uint32_t i = 0; i < g_cfg.max_threads; ++i) g_seq_pages[i].store(nullptr, std::memory_order_relaxed);
+  g_forking.store(false, std::memory_order_relaxed);
 }
 
 // The thread's context-switch sequence, kSeqUnknown while the daemon has not given it a page.
 inline std::uint64_t switch_seq(Tls& t) noexcept {
+  if (g_forking.load(std::memory_order_relaxed)) [[unlikely]] return kSeqUnknown;
   if (t.seq_page == nullptr) [[unlikely]] {
     if (t.index == UINT32_MAX || g_seq_pages == nullptr) return kSeqUnknown;
     t.seq_page = g_seq_pages[t.index].load(std::memory_order_acquire);
@@ -1390,7 +1400,7 @@ __attribute__((constructor(200))) void profile_init() {
   g_process_cap.store(g_thread_cap * static_cast<std::uint64_t>(cpus > 0 ? cpus : 1));
   g_by_function = new std::unordered_map<std::uintptr_t, std::uint32_t>();
   g_seq_pages = new std::atomic<const std::uint32_t*>[g_cfg.max_threads]();
-  (void)pthread_atfork(nullptr, nullptr, forget_switch_pages_in_child);
+  (void)pthread_atfork(forking_prepare, forking_parent, forget_switch_pages_in_child);
   if (void* fr = mmap(nullptr, sizeof(Frame) * kFrames * g_cfg.max_threads, PROT_READ | PROT_WRITE,
                       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
       fr != MAP_FAILED)

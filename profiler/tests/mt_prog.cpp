@@ -7,7 +7,8 @@
 // true counts on stdout ("leaf_a N", "leaf_b M") and ends the way it was told: exit(0),
 // _exit(3), SIGKILL to itself, or execve of itself with "exit" (the new image adds its own
 // calls; the counts it prints are the totals over both images), or fork: the child repeats
-// the work and exits, the parent waits for it and prints the totals of both processes.
+// the work and exits, the parent waits for it and prints the totals of both processes (exit
+// 1 if the child did not exit 0).
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -68,6 +69,10 @@ int main(int argc, char** argv) {
     }
     int st = 0;
     waitpid(pid, &st, 0);
+    if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {  // a profiler that kills the child fails the run
+      std::fprintf(stderr, "prof_mt: the forked child failed (status %d)\n", st);
+      return 1;
+    }
     images = 2;
   }
   const unsigned long a = static_cast<unsigned long>(threads) * calls * images + warmups;

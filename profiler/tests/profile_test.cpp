@@ -306,6 +306,22 @@ TEST(ProfileFork, ChildCountsAddUp) {
   }
 }
 
+// A child runs code before fork's child handlers: glibc's _Fork returns into it, then
+// _IO_list_resetlock. Traced, their probes read the perf page of the forking thread, which
+// the kernel does not copy into the child: every such child died of SIGSEGV (bash under
+// --trace '*' did). The pattern takes _Fork and the pthread_* functions (main's
+// pthread_create registers it early, and the threads' ~0.1 s of work before the fork give
+// the daemon ~10 ticks to attach its page);
+// prof_mt exits 1 when its child did not exit 0.
+TEST(ProfileFork, TracedForkKeepsTheChildAlive) {
+  const Outcome r = crossmod("fork-traced", std::string("--quiet --policy full --trace '[_p][Ft]*' -- ") + PROF_MT_PLAIN +
+                                                " 2 1000000 fork");
+  ASSERT_EQ(r.status, 0) << r.err;
+  const json j = report(r);
+  ASSERT_NE(function(j, "_Fork"), nullptr) << j["notes"].dump();
+  EXPECT_EQ(j["run"]["switch_detection"], "perf");
+}
+
 // Compensation: every inner() hit inside a sampled outer() call is accounted as
 // instrumentation time (at least its calibrated fixed cost plus one tick of the probe
 // function's own rdtsc pair), and taken off outer's duration: per call, raw - compensated
