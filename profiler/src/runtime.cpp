@@ -1393,6 +1393,79 @@ void set_note(const char* s) {
   std::snprintf(g_hdr->note, sizeof g_hdr->note, "%s", s);
 }
 
+// --trace in objects loaded after start-up (dlopen: Python's extension modules, plugins, a
+// BLAS a module pulls in). The runtime's dlopen (below) attaches the tracepoints of every
+// object the real one added, after it returned: the new object's constructors have run,
+// and the attach (the probes start off) and later installs are safe while its code runs.
+// The probes layer pins an object that got a probe site, so a dlclose cannot unmap it.
+// Guarded by g_late_mutex; the names are dl_iterate_phdr's (enumerate_functions' objects).
+std::mutex g_late_mutex;
+std::vector<std::string>* g_late_seen = nullptr;  // objects already attached (or passed over)
+std::size_t g_late_objects = 0, g_late_made = 0, g_late_refused = 0;
+char g_trace_note[200] = "";  // the start-up attach's note; the late attaches' counts follow it
+thread_local bool t_in_late_attach = false;
+
+int collect_object_names(dl_phdr_info* info, std::size_t, void* data) {
+  auto* v = static_cast<std::vector<std::string>*>(data);
+  if (info->dlpi_name != nullptr && info->dlpi_name[0] != '\0') v->emplace_back(info->dlpi_name);
+  return 0;
+}
+
+// `s` as an fnmatch(3) pattern that matches exactly `s` (flags 0: backslash quotes).
+std::string fnmatch_literal(const std::string& s) {
+  std::string out;
+  out.reserve(s.size() + 8);
+  for (const char c : s) {
+    if (c == '*' || c == '?' || c == '[' || c == '\\') out.push_back('\\');
+    out.push_back(c);
+  }
+  return out;
+}
+
+// At start-up, after the first attach: every object loaded now counts as seen.
+void remember_loaded_objects() noexcept {
+  try {
+    std::lock_guard<std::mutex> lock(g_late_mutex);
+    g_late_seen = new std::vector<std::string>();
+    dl_iterate_phdr(collect_object_names, g_late_seen);
+  } catch (...) {
+    g_late_seen = nullptr;  // no late attaches (the note says nothing of them)
+  }
+}
+
+// After a dlopen that succeeded: attaches the tracepoints of the objects not seen before.
+void attach_late_objects() noexcept {
+  if (t_in_late_attach) return;
+  t_in_late_attach = true;
+  try {
+    std::lock_guard<std::mutex> lock(g_late_mutex);
+    if (g_late_seen != nullptr) {
+      std::vector<std::string> now;
+      dl_iterate_phdr(collect_object_names, &now);
+      bool any = false;
+      for (const std::string& o : now) {
+        if (std::find(g_late_seen->begin(), g_late_seen->end(), o) != g_late_seen->end()) continue;
+        g_late_seen->push_back(o);
+        if (g_cfg.trace_object != nullptr && fnmatch(g_cfg.trace_object, o.c_str(), 0) != 0) continue;
+        std::size_t made = 0, refused = 0;
+        (void)cp::attach_tracepoints(g_cfg.trace, fnmatch_literal(o).c_str(), &made, &refused);
+        ++g_late_objects;
+        g_late_made += made;
+        g_late_refused += refused;
+        any = true;
+      }
+      if (any) {
+        char buf[sizeof g_hdr->note];
+        std::snprintf(buf, sizeof buf, "%s; loaded later: %zu objects, %zu probes, %zu refused", g_trace_note,
+                      g_late_objects, g_late_made, g_late_refused);
+        set_note(buf);
+      }
+    }
+  } catch (...) {
+  }
+  t_in_late_attach = false;
+}
+
 __attribute__((constructor(200))) void profile_init() {
   if (!read_config() || !open_segment()) return;
   g_thread_cap = static_cast<std::uint64_t>(g_cfg.budget * static_cast<double>(ns_to_ticks(g_cfg.period_ns)));
@@ -1438,6 +1511,8 @@ __attribute__((constructor(200))) void profile_init() {
                     traps ? "trap mode allowed" : "jump-only: trap-mode sites refused, CROSSMOD_PROFILE_TRACE_TRAPS=1 allows them",
                     cp::to_string(s));
       set_note(buf);
+      std::snprintf(g_trace_note, sizeof g_trace_note, "%s", buf);
+      remember_loaded_objects();
     }
   }
   calibrate();
@@ -1468,4 +1543,21 @@ __attribute__((constructor(200))) void profile_init() {
 }
 
 }  // namespace
+
+// For the dlopen below (outside this namespace).
+bool late_attach_wanted() noexcept { return g_cfg.trace != nullptr; }
+void attach_late_objects_now() noexcept { attach_late_objects(); }
+
 }  // namespace crossmod::profile
+
+// The program's dlopen (this library is preloaded, so its definition comes first): the
+// real one, then, with --trace, the tracepoints of the objects it loaded. dlerror's state
+// is the real call's: nothing after it is a dl* call that could set it.
+extern "C" __attribute__((visibility("default"))) void* dlopen(const char* file, int mode) {
+  using Fn = void* (*)(const char*, int);
+  static const Fn real = reinterpret_cast<Fn>(dlsym(RTLD_NEXT, "dlopen"));
+  if (real == nullptr) return nullptr;
+  void* h = real(file, mode);
+  if (h != nullptr && crossmod::profile::late_attach_wanted()) crossmod::profile::attach_late_objects_now();
+  return h;
+}

@@ -496,6 +496,49 @@ TEST(ProfileTrace, ConvergedFunctionsLoseTheirJump) {
   EXPECT_EQ(j["overhead"]["retracts"].get<unsigned long>(), 2u);
 }
 
+// --trace reaches objects loaded after start-up: prof_dlopen loads prof_dl_target with
+// dlopen inside main and calls its dlt_work; under full every call is seen and timed. The
+// failed dlopen before it keeps its dlerror, the run's output is the plain run's, and the
+// note counts the late object; so with libc's dl* functions traced as well. Without --trace
+// the same run has no such function.
+TEST(ProfileTrace, ObjectsLoadedLaterAreTraced) {
+  const std::string args = std::string(PROF_DLOPEN) + " " + PROF_DL_TARGET + " 20000";
+  const Outcome r = crossmod("dlopen-full", "--quiet --policy full --trace 'dlt_*' -- " + args);
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(r.out, "dlerror kept\ndlt_work 20000\n");
+  const json j = report(r);
+  const json* f = function(j, "dlt_work");
+  ASSERT_NE(f, nullptr) << j["notes"].dump();
+  EXPECT_EQ((*f)["provider"], "tracepoint");
+  EXPECT_EQ((*f)["calls_observed"].get<unsigned long>(), 20000u);
+  EXPECT_EQ((*f)["samples"].get<unsigned long>(), 20000u);
+  bool noted = false;
+  for (const json& n : j["notes"]) noted = noted || n.get<std::string>().find("loaded later: 1 objects, 2 probes") != std::string::npos;
+  EXPECT_TRUE(noted) << j["notes"].dump();
+  // A sampling policy: switched off and on again like any start-up function.
+  const Outcome p = crossmod("dlopen-paper", "--quiet --policy paper --trace 'dlt_*' -- " + args);
+  ASSERT_EQ(p.status, 0) << p.err;
+  EXPECT_EQ(p.out, "dlerror kept\ndlt_work 20000\n");
+  const json jp = report(p);
+  const json* g = function(jp, "dlt_work");
+  ASSERT_NE(g, nullptr);
+  EXPECT_GE((*g)["samples"].get<unsigned long>(), 1u);
+  EXPECT_LE((*g)["calls_observed"].get<unsigned long>(), 20000u);
+  // With libc's dl* functions traced too: this runtime's dlopen asks dlsym(RTLD_NEXT) for
+  // the real one, which an exit probe on dlsym would answer with this dlopen again.
+  const Outcome d = crossmod("dlopen-dl", "--quiet --policy full --trace 'dl*' -- " + args);
+  ASSERT_EQ(d.status, 0) << d.err;
+  EXPECT_EQ(d.out, "dlerror kept\ndlt_work 20000\n");
+  const json jd = report(d);
+  ASSERT_NE(function(jd, "dlt_work"), nullptr) << jd["notes"].dump();
+  ASSERT_NE(function(jd, "dlsym"), nullptr) << jd["notes"].dump();
+  const Outcome n = crossmod("dlopen-none", "--quiet --policy full -- " + args);
+  ASSERT_EQ(n.status, 0) << n.err;
+  EXPECT_EQ(n.out, "dlerror kept\ndlt_work 20000\n");
+  const json jn = report(n);
+  EXPECT_EQ(function(jn, "dlt_work"), nullptr);
+}
+
 // Under budget all of the daemon's CPU time is instrumentation time: from the thread's start
 // (its set-up) to its end (the work after the last wake's settling). With a --trace pattern
 // that matches nothing no probe hit is charged, so the report's instr_ticks is the daemon's
