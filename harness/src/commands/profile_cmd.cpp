@@ -308,7 +308,7 @@ void register_profile(CLI::App& app) {
   cmd->add_option("--policy", opt->policy, "paper|budget|converge|full|none (default budget)");
   cmd->add_option("--metrics", opt->metrics, "metric description file (TOML), repeatable");
   cmd->add_option("--functions", opt->functions, "fnmatch focus on demangled function names (default *)");
-  cmd->add_option("--trace", opt->trace, "tracepoint probes on functions of unmodified objects matching this");
+  cmd->add_option("--trace", opt->trace, "tracepoint probes on functions of unmodified objects matching this (objects dlopen'ed later too)");
   cmd->add_option("--trace-object", opt->trace_object, "restrict --trace to objects whose path matches");
   cmd->add_option("--budget", opt->budget, "share of every period instrumentation may use (default 5%)");
   cmd->add_option("--period", opt->period, "budget period (default 10ms)");
