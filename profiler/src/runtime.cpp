@@ -1434,32 +1434,44 @@ void remember_loaded_objects() noexcept {
 }
 
 // After a dlopen that succeeded: attaches the tracepoints of the objects not seen before.
+// g_late_mutex is not held during the attach: the probes layer pins a new object with a
+// dlopen of its own (the loader lock), and a thread running an object's constructors holds
+// the loader lock while its nested dlopen comes here (t_in_late_attach: the pin's own
+// dlopen, on this thread, does nothing more).
 void attach_late_objects() noexcept {
   if (t_in_late_attach) return;
   t_in_late_attach = true;
   try {
-    std::lock_guard<std::mutex> lock(g_late_mutex);
-    if (g_late_seen != nullptr) {
-      std::vector<std::string> now;
-      dl_iterate_phdr(collect_object_names, &now);
-      bool any = false;
-      for (const std::string& o : now) {
-        if (std::find(g_late_seen->begin(), g_late_seen->end(), o) != g_late_seen->end()) continue;
-        g_late_seen->push_back(o);
-        if (g_cfg.trace_object != nullptr && fnmatch(g_cfg.trace_object, o.c_str(), 0) != 0) continue;
-        std::size_t made = 0, refused = 0;
-        (void)cp::attach_tracepoints(g_cfg.trace, fnmatch_literal(o).c_str(), &made, &refused);
-        ++g_late_objects;
-        g_late_made += made;
-        g_late_refused += refused;
-        any = true;
+    std::vector<std::string> fresh;
+    {
+      std::lock_guard<std::mutex> lock(g_late_mutex);
+      if (g_late_seen != nullptr) {
+        std::vector<std::string> now;
+        dl_iterate_phdr(collect_object_names, &now);
+        for (std::string& o : now) {
+          if (std::find(g_late_seen->begin(), g_late_seen->end(), o) != g_late_seen->end()) continue;
+          g_late_seen->push_back(o);
+          if (g_cfg.trace_object == nullptr || fnmatch(g_cfg.trace_object, o.c_str(), 0) == 0)
+            fresh.push_back(std::move(o));
+        }
       }
-      if (any) {
-        char buf[sizeof g_hdr->note];
-        std::snprintf(buf, sizeof buf, "%s; loaded later: %zu objects, %zu probes, %zu refused", g_trace_note,
-                      g_late_objects, g_late_made, g_late_refused);
-        set_note(buf);
-      }
+    }
+    std::size_t made_all = 0, refused_all = 0;
+    for (const std::string& o : fresh) {
+      std::size_t made = 0, refused = 0;
+      (void)cp::attach_tracepoints(g_cfg.trace, fnmatch_literal(o).c_str(), &made, &refused);
+      made_all += made;
+      refused_all += refused;
+    }
+    if (!fresh.empty()) {
+      std::lock_guard<std::mutex> lock(g_late_mutex);
+      g_late_objects += fresh.size();
+      g_late_made += made_all;
+      g_late_refused += refused_all;
+      char buf[sizeof g_hdr->note];
+      std::snprintf(buf, sizeof buf, "%s; loaded later: %zu objects, %zu probes, %zu refused", g_trace_note,
+                    g_late_objects, g_late_made, g_late_refused);
+      set_note(buf);
     }
   } catch (...) {
   }
@@ -1551,8 +1563,9 @@ void attach_late_objects_now() noexcept { attach_late_objects(); }
 }  // namespace crossmod::profile
 
 // The program's dlopen (this library is preloaded, so its definition comes first): the
-// real one, then, with --trace, the tracepoints of the objects it loaded. dlerror's state
-// is the real call's: nothing after it is a dl* call that could set it.
+// real one, then, with --trace, the tracepoints of the objects it loaded. After a failure
+// nothing else runs, so dlerror says why; after a success the probes layer's pinning
+// dlopen calls succeed too.
 extern "C" __attribute__((visibility("default"))) void* dlopen(const char* file, int mode) {
   using Fn = void* (*)(const char*, int);
   static const Fn real = reinterpret_cast<Fn>(dlsym(RTLD_NEXT, "dlopen"));
