@@ -1422,6 +1422,36 @@ std::string fnmatch_literal(const std::string& s) {
   return out;
 }
 
+// Header::refusals from the probes layer's list: count per reason and object (its file
+// name), most frequent first, as many as fit. After every attach (start-up, dlopen).
+void write_refusals() noexcept {
+  try {
+    std::vector<cp::TracepointRefusal> r(cp::tracepoint_refusals(nullptr, 0));
+    r.resize(std::min(r.size(), cp::tracepoint_refusals(r.data(), r.size())));
+    std::vector<std::pair<std::string, std::size_t>> by;
+    for (const cp::TracepointRefusal& x : r) {
+      const char* slash = x.object != nullptr ? std::strrchr(x.object, '/') : nullptr;
+      const std::string key = std::string(x.reason != nullptr ? x.reason : "?") + " (" +
+                              (slash != nullptr ? slash + 1 : (x.object != nullptr ? x.object : "?")) + ")";
+      auto it = std::find_if(by.begin(), by.end(), [&](const auto& p) { return p.first == key; });
+      if (it == by.end()) by.emplace_back(key, 1);
+      else ++it->second;
+    }
+    std::stable_sort(by.begin(), by.end(), [](const auto& a, const auto& b) { return a.second > b.second; });
+    std::string text = by.empty() ? std::string() : "--trace refused:";
+    for (std::size_t i = 0; i < by.size(); ++i) {
+      const std::string item = (i == 0 ? " " : ", ") + std::to_string(by[i].second) + " " + by[i].first;
+      if (text.size() + item.size() + 5 >= sizeof g_hdr->refusals) {
+        text += ", ...";
+        break;
+      }
+      text += item;
+    }
+    std::snprintf(g_hdr->refusals, sizeof g_hdr->refusals, "%s", text.c_str());
+  } catch (...) {
+  }
+}
+
 // At start-up, after the first attach: every object loaded now counts as seen.
 void remember_loaded_objects() noexcept {
   try {
@@ -1472,6 +1502,7 @@ void attach_late_objects() noexcept {
       std::snprintf(buf, sizeof buf, "%s; loaded later: %zu objects, %zu probes, %zu refused", g_trace_note,
                     g_late_objects, g_late_made, g_late_refused);
       set_note(buf);
+      write_refusals();
     }
   } catch (...) {
   }
@@ -1524,6 +1555,7 @@ __attribute__((constructor(200))) void profile_init() {
                     cp::to_string(s));
       set_note(buf);
       std::snprintf(g_trace_note, sizeof g_trace_note, "%s", buf);
+      write_refusals();
       remember_loaded_objects();
     }
   }

@@ -410,6 +410,33 @@ TEST(ProfileTrace, OutcomeIsANote) {
 
 // Every image of an exec chain writes its runtime's note; the report keeps each text once
 // and names the segments (a shell shim that execs 38 times used to repeat it 38 times).
+// Why functions were not probed, by reason and object, most frequent first: with '*' the
+// dynamic loader's functions are always refused (the SIGTRAP handler's path), and the
+// setjmp family in libc keeps no exit probe.
+TEST(ProfileTrace, RefusalsAreNotedByReasonAndObject) {
+  const Outcome r = crossmod("trace-refusals", std::string("--quiet --policy full --trace '*' -- ") + PROF_MT_PLAIN + " 1 10");
+  ASSERT_EQ(r.status, 0) << r.err;
+  const json j = report(r);
+  std::string line;
+  for (const json& n : j["notes"])
+    if (n.get<std::string>().rfind("--trace refused: ", 0) == 0) line = n.get<std::string>();
+  ASSERT_FALSE(line.empty()) << j["notes"].dump();
+  EXPECT_NE(line.find(" on the SIGTRAP handler's path (ld-"), std::string::npos) << line;
+  EXPECT_NE(line.find(" exit: return address not redirectable (libc.so"), std::string::npos) << line;
+  EXPECT_LT(line.size(), 256u);
+  // Counts are in descending order.
+  unsigned long last = ~0ul;
+  for (std::size_t at = std::string("--trace refused:").size(); at < line.size();) {
+    const unsigned long n = std::strtoul(line.c_str() + at + 1, nullptr, 10);
+    if (n == 0) break;  // the closing "..."
+    EXPECT_LE(n, last) << line;
+    last = n;
+    const std::size_t comma = line.find(", ", at + 1);
+    if (comma == std::string::npos) break;
+    at = comma + 1;
+  }
+}
+
 TEST(ProfileTrace, RepeatedNoteIsOneLineWithItsSegments) {
   const Outcome r = crossmod("trace-exec", "--quiet --policy none --trace 'crossmod_no_such_fn_*' -- /bin/sh -c "
                                            "'exec /bin/sh -c \"exec /bin/true\"'");

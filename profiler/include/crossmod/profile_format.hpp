@@ -12,9 +12,9 @@
 namespace crossmod::profile {
 
 inline constexpr char kMagic[8] = {'C', 'M', 'P', 'R', 'O', 'F', '1', '\0'};
-inline constexpr std::uint32_t kVersion = 5;  // 2: compensated samples, context-switch split; 3: nest_ticks;
+inline constexpr std::uint32_t kVersion = 6;  // 2: compensated samples, context-switch split; 3: nest_ticks;
                                               // 4: cold samples, per-window call estimate;
-                                              // 5: daemon_cpu_ns
+                                              // 5: daemon_cpu_ns; 6: refusals
 // Latency histogram: 4 buckets per power of two ("log2-ish"), up to 2^kHistOctaves ticks.
 inline constexpr unsigned kHistSub = 4;
 inline constexpr unsigned kHistOctaves = 48;
@@ -91,6 +91,9 @@ struct Header {
   std::uint64_t flags;          // kFlag*
   std::uint64_t switch_errno;   // why context switches are not detected (0: they are)
   char note[256];               // one line from the runtime (e.g. tracepoints unsupported)
+  // --trace: why functions were not probed, most frequent first ("225 no_trampoline_space
+  // (python3.11), ..."), rewritten after every attach; empty when none was refused.
+  char refusals[256];
 };
 inline constexpr std::uint64_t kFlagDaemon = 1;       // the daemon thread started
 inline constexpr std::uint64_t kFlagCalibrated = 2;

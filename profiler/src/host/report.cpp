@@ -168,8 +168,9 @@ ProfileData read_segments(const std::string& raw_dir, const RunInfo& run) {
     if (h.toggle_failures > 0)
       d.notes.push_back(fmt::format("segment {}: {} probe toggles failed (last status: {})", h.segment,
                                     h.toggle_failures, status_name(h.last_failure)));
-    if (h.note[0] != '\0') {
-      std::string text(h.note, strnlen(h.note, sizeof h.note));
+    for (const char* line : {h.note, h.refusals}) {
+      if (line[0] == '\0') continue;
+      std::string text(line, strnlen(line, sizeof h.note));
       auto it = std::find_if(image_notes.begin(), image_notes.end(), [&](const auto& x) { return x.first == text; });
       if (it == image_notes.end()) it = image_notes.insert(image_notes.end(), {std::move(text), {}});
       it->second.push_back(h.segment);
