@@ -311,8 +311,7 @@ TEST(ProfileFork, ChildCountsAddUp) {
 // the kernel does not copy into the child: every such child died of SIGSEGV (bash under
 // --trace '*' did). The pattern takes _Fork and the pthread_* functions (main's
 // pthread_create registers it early, and the threads' ~0.1 s of work before the fork give
-// the daemon ~10 ticks to attach its page);
-// prof_mt exits 1 when its child did not exit 0.
+// the daemon ~10 ticks to attach its page); prof_mt exits 1 when its child did not exit 0.
 TEST(ProfileFork, TracedForkKeepsTheChildAlive) {
   const Outcome r = crossmod("fork-traced", std::string("--quiet --policy full --trace '[_p][Ft]*' -- ") + PROF_MT_PLAIN +
                                                 " 2 1000000 fork");
@@ -408,8 +407,6 @@ TEST(ProfileTrace, OutcomeIsANote) {
   EXPECT_TRUE(noted) << j["notes"].dump();
 }
 
-// Every image of an exec chain writes its runtime's note; the report keeps each text once
-// and names the segments (a shell shim that execs 38 times used to repeat it 38 times).
 // Why functions were not probed, by reason and object, most frequent first: with '*' the
 // dynamic loader's functions are always refused (the SIGTRAP handler's path), and the
 // setjmp family in libc keeps no exit probe.
@@ -437,6 +434,8 @@ TEST(ProfileTrace, RefusalsAreNotedByReasonAndObject) {
   }
 }
 
+// Every image of an exec chain writes its runtime's note; the report keeps each text once
+// and names the segments (a shell shim that execs 38 times used to repeat it 38 times).
 TEST(ProfileTrace, RepeatedNoteIsOneLineWithItsSegments) {
   const Outcome r = crossmod("trace-exec", "--quiet --policy none --trace 'crossmod_no_such_fn_*' -- /bin/sh -c "
                                            "'exec /bin/sh -c \"exec /bin/true\"'");
@@ -542,7 +541,7 @@ TEST(ProfileTrace, ObjectsLoadedLaterAreTraced) {
   bool noted = false;
   for (const json& n : j["notes"]) noted = noted || n.get<std::string>().find("loaded later: 1 objects, 2 probes") != std::string::npos;
   EXPECT_TRUE(noted) << j["notes"].dump();
-  // A sampling policy: switched off and on again like any start-up function.
+  // A sampling policy: samples, and never more calls observed than made.
   const Outcome p = crossmod("dlopen-paper", "--quiet --policy paper --trace 'dlt_*' -- " + args);
   ASSERT_EQ(p.status, 0) << p.err;
   EXPECT_EQ(p.out, "dlerror kept\ndlt_work 20000\n");
