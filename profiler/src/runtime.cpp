@@ -1509,7 +1509,13 @@ void attach_late_objects() noexcept {
   t_in_late_attach = false;
 }
 
+// The real _Fork, for the runtime's _Fork (below): looked up here, so that the wrapper
+// stays async-signal-safe like the function it wraps.
+using ForkFn = pid_t (*)();
+ForkFn g_real_fork = nullptr;
+
 __attribute__((constructor(200))) void profile_init() {
+  g_real_fork = reinterpret_cast<ForkFn>(dlsym(RTLD_NEXT, "_Fork"));
   if (!read_config() || !open_segment()) return;
   g_thread_cap = static_cast<std::uint64_t>(g_cfg.budget * static_cast<double>(ns_to_ticks(g_cfg.period_ns)));
   const long cpus = sysconf(_SC_NPROCESSORS_ONLN);
@@ -1588,9 +1594,22 @@ __attribute__((constructor(200))) void profile_init() {
 
 }  // namespace
 
-// For the dlopen below (outside this namespace).
+// For the dlopen and _Fork below (outside this namespace).
 bool late_attach_wanted() noexcept { return g_cfg.trace != nullptr; }
 void attach_late_objects_now() noexcept { attach_late_objects(); }
+pid_t fork_without_handlers() noexcept {
+  if (g_real_fork == nullptr) {
+    errno = ENOSYS;
+    return -1;
+  }
+  forking_prepare();
+  const pid_t pid = g_real_fork();
+  if (pid == 0)
+    forget_switch_pages_in_child();
+  else
+    forking_parent();
+  return pid;
+}
 
 }  // namespace crossmod::profile
 
@@ -1605,4 +1624,12 @@ extern "C" __attribute__((visibility("default"))) void* dlopen(const char* file,
   void* h = real(file, mode);
   if (h != nullptr && crossmod::profile::late_attach_wanted()) crossmod::profile::attach_late_objects_now();
   return h;
+}
+
+// A program's own _Fork (glibc 2.34: fork without the atfork handlers, async-signal-safe)
+// gets the runtime's fork handling here: without it the child kept the parent's perf page
+// addresses, which the kernel does not copy, and its first sample died of SIGSEGV. glibc's
+// fork calls _Fork inside libc, not through this symbol.
+extern "C" __attribute__((visibility("default"))) pid_t _Fork() noexcept {
+  return crossmod::profile::fork_without_handlers();
 }

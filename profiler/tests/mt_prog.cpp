@@ -1,14 +1,15 @@
 // A small multi-threaded program for the profiler's tests, built with
 // -finstrument-functions (prof_mt_cyg) and -fpatchable-function-entry=5 (prof_mt_pfe), and
 // without either (prof_mt_plain, for --trace).
-//   prof_mt_X THREADS CALLS [exit|_exit|signal|exec|fork]
+//   prof_mt_X THREADS CALLS [exit|_exit|signal|exec|fork|_Fork]
 // Main calls leaf_a() and leaf_b() once, then each thread calls leaf_a() CALLS times and
 // leaf_b() CALLS/4 times; the program prints the
 // true counts on stdout ("leaf_a N", "leaf_b M") and ends the way it was told: exit(0),
 // _exit(3), SIGKILL to itself, or execve of itself with "exit" (the new image adds its own
 // calls; the counts it prints are the totals over both images), or fork: the child repeats
 // the work and exits, the parent waits for it and prints the totals of both processes (exit
-// 1 if the child did not exit 0).
+// 1 if the child did not exit 0), or _Fork: the same through glibc's _Fork (no atfork
+// handlers run), the child doing the threads' work one after another on its only thread.
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -58,9 +59,13 @@ int main(int argc, char** argv) {
   for (auto& t : ts) t.join();
   unsigned images = prior + 1;
   unsigned warmups = prior + 1;  // one warm-up call per image
-  if (how == "fork") {
+  if (how == "fork" || how == "_Fork") {
     std::fflush(stdout);
-    const pid_t pid = fork();
+    const pid_t pid = how == "fork" ? fork() : _Fork();
+    if (pid == 0 && how == "_Fork") {
+      for (unsigned t = 0; t < threads; ++t) worker(calls);
+      _exit(0);
+    }
     if (pid == 0) {
       std::vector<std::thread> cs;
       for (unsigned t = 0; t < threads; ++t) cs.emplace_back(worker, calls);

@@ -321,6 +321,22 @@ TEST(ProfileFork, TracedForkKeepsTheChildAlive) {
   EXPECT_EQ(j["run"]["switch_detection"], "perf");
 }
 
+// A program's own _Fork runs no atfork handler: the runtime wraps it, or the child's first
+// sample reads the parent's perf page (not copied into the child) and dies of SIGSEGV.
+// Main registers at its warm-up calls, so the daemon attaches its page during the threads'
+// ~0.1 s; in the child main makes every call and its first sample loads that page.
+TEST(ProfileFork, OwnForkWithoutHandlersKeepsTheChildAlive) {
+  for (const char* prog : {PROF_MT_CYG, PROF_MT_PFE}) {
+    const Outcome r = crossmod("fork-raw", std::string("--quiet --policy full -- ") + prog + " 2 1000000 _Fork");
+    ASSERT_EQ(r.status, 0) << prog << " " << r.err;
+    const auto t = truth(r.out);
+    const json j = report(r);
+    const json* f = function(j, kLeafA);
+    ASSERT_NE(f, nullptr);
+    EXPECT_EQ((*f)["calls_observed"].get<unsigned long>(), t.at("leaf_a")) << prog;
+  }
+}
+
 // Compensation: every inner() hit inside a sampled outer() call is accounted as
 // instrumentation time (at least its calibrated fixed cost plus one tick of the probe
 // function's own rdtsc pair), and taken off outer's duration: per call, raw - compensated
