@@ -1595,8 +1595,9 @@ __attribute__((constructor(200))) void profile_init() {
 }  // namespace
 
 // For the dlopen and _Fork below (outside this namespace).
-bool late_attach_wanted() noexcept { return g_cfg.trace != nullptr; }
-void attach_late_objects_now() noexcept { attach_late_objects(); }
+void after_dlopen() noexcept {
+  if (g_cfg.trace != nullptr) attach_late_objects();
+}
 pid_t fork_without_handlers() noexcept {
   if (g_real_fork == nullptr) {
     errno = ENOSYS;
@@ -1622,7 +1623,7 @@ extern "C" __attribute__((visibility("default"))) void* dlopen(const char* file,
   static const Fn real = reinterpret_cast<Fn>(dlsym(RTLD_NEXT, "dlopen"));
   if (real == nullptr) return nullptr;
   void* h = real(file, mode);
-  if (h != nullptr && crossmod::profile::late_attach_wanted()) crossmod::profile::attach_late_objects_now();
+  if (h != nullptr) crossmod::profile::after_dlopen();
   return h;
 }
 
