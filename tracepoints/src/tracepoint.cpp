@@ -132,15 +132,40 @@ Status Tracepoint::prepare_impl(void* addr, std::size_t size, Handler handler,
     trap_mode = true;
   }
 
-  const std::size_t copies_cap = an.count * detail::kMaxCopyLen + enc::kJmpAbsLen;
-  const std::size_t reserve_len = kCopiesAt + copies_cap + kProbeBlockMax + kTailMax;
+  const auto copies_cap_of = [](const Analysis& x) {
+    return x.count * detail::kMaxCopyLen + enc::kJmpAbsLen;
+  };
+  std::size_t copies_cap = copies_cap_of(an);
+  std::size_t reserve_len = kCopiesAt + copies_cap + kProbeBlockMax + kTailMax;
   // The jump with prefix_len prefixes is, for the pool, the 5-byte jmp at a + prefix_len.
-  const unsigned prefix = an.prefix_len;
+  unsigned prefix = an.prefix_len;
   std::uint8_t rel_mask = 0;
   if (!trap_mode && !detail::prefixed_mask(an.boundary_mask, prefix, &rel_mask))
     return Status::no_trampoline_space;  // not reached: choose_head checked it
   detail::Reservation r;
   Status rs = detail::reserve(a + prefix, rel_mask, reserve_len, !trap_mode, &r, ec);
+  // Every address this prefix's constraint allows may be taken: with three rel32 bytes
+  // fixed they lie in one 256-byte window, which another mapping can cover (a library
+  // loaded late found it inside the threads' malloc heap reservations). A longer prefix
+  // fixes other bytes of the rel32, so it wants other places: try them before refusing.
+  for (unsigned p = prefix + 1; rs == Status::no_trampoline_space && !trap_mode && p <= detail::kMaxPrefix; ++p) {
+    Analysis alt;
+    std::uint8_t alt_mask = 0;
+    if (detail::analyze_head(code, size, a, &alt, p) != Status::ok ||
+        !detail::entry_possible_prefixed(a, alt.boundary_mask, p) ||
+        detail::analyze_scan(code, size, a, &alt) != Status::ok ||
+        !detail::prefixed_mask(alt.boundary_mask, p, &alt_mask))
+      continue;
+    const std::size_t alt_cap = copies_cap_of(alt);
+    const std::size_t alt_len = kCopiesAt + alt_cap + kProbeBlockMax + kTailMax;
+    rs = detail::reserve(a + p, alt_mask, alt_len, true, &r, ec);
+    if (rs != Status::ok) continue;
+    an = alt;
+    prefix = p;
+    rel_mask = alt_mask;
+    copies_cap = alt_cap;
+    reserve_len = alt_len;
+  }
   if (rs == Status::no_trampoline_space && trap_fallback && !trap_mode) {
     trap_mode = true;
     rs = detail::reserve(a + prefix, rel_mask, reserve_len, false, &r, ec);

@@ -372,6 +372,61 @@ TEST(Tracepoint, PrefixedJumpLowInMemory) {
   munmap(low, 4096);  // removed and every call returned: nothing runs in it any more
 }
 
+// Boundaries at offsets 2, 3 and 4 fix rel32 bytes 1..3: the 5-byte jump can target only
+// one 256-byte window, 819 MiB below the code. With that window mapped by someone else
+// (here a PROT_NONE page; in python3 a thread's malloc heap reservation over a library
+// loaded late), prepare tries one 0x2E prefix, whose rel32 has bytes 0..2 fixed instead,
+// rather than refusing no_trampoline_space. Installed, called, removed.
+TEST(Tracepoint, LongerPrefixWhenTheWindowIsTaken) {
+  void* m = mmap(nullptr, 4096, PROT_READ | PROT_WRITE | PROT_EXEC, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  ASSERT_NE(m, MAP_FAILED);
+  auto* page = static_cast<std::uint8_t*>(m);
+  std::memset(page, x86::kInvalid64, 4096);
+  //   0: 31 C0     xor eax, eax
+  //   2: 90        nop
+  //   3: 90        nop
+  //   4: 48 89 F8  mov rax, rdi
+  //   7: C3        ret
+  static const std::uint8_t kId[] = {0x31, 0xC0, 0x90, 0x90, 0x48, 0x89, 0xF8, 0xC3};
+  std::uint8_t* fn = page + 0x100;
+  std::memcpy(fn, kId, sizeof kId);
+  WritableRange wr;
+  ASSERT_EQ(WritableRange::make(page, 4096, &wr), crossmod::Status::ok);
+  const auto a = reinterpret_cast<std::uintptr_t>(fn);
+  constexpr std::uint8_t kMask = (1u << 2) | (1u << 3) | (1u << 4);
+  ASSERT_TRUE(detail::entry_possible_prefixed(a, kMask, 0));  // the window is in reach
+  // The window: rel32 0xCCCCCC00..0xCCCCCCFF from a + 5, plus an entry slot's length.
+  const std::uintptr_t lo = a + 5 + static_cast<std::uintptr_t>(std::int64_t{-0x33333400});
+  const std::uintptr_t blk = lo & ~std::uintptr_t{4095};
+  const std::size_t blk_len = ((lo + 256 + 14 - blk) + 4095) & ~std::size_t{4095};
+  void* b = mmap(reinterpret_cast<void*>(blk), blk_len, PROT_NONE,
+                 MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0);
+  ASSERT_EQ(b, reinterpret_cast<void*>(blk));
+
+  std::atomic<std::uint64_t> hits{0};
+  Tracepoint t;
+  ASSERT_EQ(Tracepoint::prepare(fn, sizeof kId, count_hit, &hits, &t), Status::ok);
+  EXPECT_FALSE(t.trap_mode());
+  EXPECT_EQ(t.analysis().prefix_len, 1);
+  EXPECT_EQ(t.jump_len(), 6u);
+  EXPECT_TRUE(t.entry() < blk || t.entry() >= blk + blk_len);
+  using Fn = std::uint64_t (*)(std::uint64_t);
+  const auto f = reinterpret_cast<Fn>(fn);
+  ASSERT_EQ(t.install(test_wait()), Status::ok);
+  EXPECT_EQ(fn[0], 0x2E);
+  EXPECT_EQ(fn[1], 0xE9);
+  for (unsigned off : {2u, 3u, 4u}) EXPECT_EQ(fn[off], 0xCC) << off;
+  EXPECT_EQ(f(77), 77u);
+  EXPECT_EQ(hits.load(), 1u);
+  ASSERT_EQ(t.remove(test_wait()), Status::ok);
+  EXPECT_EQ(std::memcmp(fn, kId, sizeof kId), 0);
+  EXPECT_EQ(f(5), 5u);
+  EXPECT_EQ(hits.load(), 1u);
+  (void)wr.restore();
+  munmap(b, blk_len);
+  munmap(m, 4096);  // removed and every call returned
+}
+
 // Where the 5-byte jump works, it is exactly what it was before prefixes existed: E9 and
 // the rel32 to the entry from address+5, 0xCC at each boundary, nothing written past
 // byte 4 (the hand-assembled functions lie high in memory).
