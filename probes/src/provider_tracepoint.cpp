@@ -44,8 +44,15 @@ using namespace detail;
 
 namespace {
 
+// A tracepoint placed after the function's first `pushes` pushes: its probe's user.
+struct PushedSite {
+  std::uintptr_t function;
+  unsigned pushes;
+};
+
 struct TpState {
   std::deque<tp::Tracepoint> tps;  // stable addresses: probes point at them
+  std::deque<PushedSite> pushed;   // stable addresses: tracepoints' user pointers
   std::vector<TracepointRefusal> refusals;
   std::vector<std::string> excluded;  // objects never traced besides this one (exclude_from_tracepoints)
 };
@@ -56,6 +63,13 @@ std::atomic<bool> g_trap_fallback{true};
 // The probe of every provider tracepoint: `user` is the function's entry address.
 void on_tracepoint(void* user, std::uintptr_t* sp) noexcept {
   crossmod_probes_entry_dispatch(reinterpret_cast<std::uintptr_t>(user) + x86::kCallLen, sp);
+}
+
+// The same for a tracepoint after the function's leading pushes: the return address lies
+// that many slots above sp.
+void on_tracepoint_pushed(void* user, std::uintptr_t* sp) noexcept {
+  const auto* ps = static_cast<const PushedSite*>(user);
+  crossmod_probes_entry_dispatch(ps->function + x86::kCallLen, sp + ps->pushes);
 }
 
 Status from_tp(tp::Status s) noexcept {
@@ -245,9 +259,25 @@ Status attach_functions(const std::vector<tp::ElfFunction>& fns, std::size_t* ne
       }
       g_tp->refusals.reserve(g_tp->refusals.size() + 1);  // push_back below cannot throw
       tp::Tracepoint& t = g_tp->tps.emplace_back();
-      const tp::Status ts =
-          tp::Tracepoint::prepare_sp(reinterpret_cast<void*>(f.addr), f.size, on_tracepoint,
-                                     reinterpret_cast<void*>(f.addr), &t, nullptr, trap_fallback);
+      auto* fn = reinterpret_cast<void*>(f.addr);
+      tp::Status ts = tp::Tracepoint::prepare_sp(fn, f.size, on_tracepoint, fn, &t, nullptr, false);
+      // No place for the jump's entry: a jump after the leading pushes has other boundaries
+      // (tp::Tracepoint::prepare_sp_after_pushes), and beats trap mode.
+      if (ts == tp::Status::no_trampoline_space) {
+        const unsigned n = tp::Tracepoint::leading_pushes(fn, f.size);
+        for (unsigned k = 1; k <= n && ts != tp::Status::ok; ++k) {
+          PushedSite& ps = g_tp->pushed.emplace_back(PushedSite{f.addr, k});
+          const tp::Status s = tp::Tracepoint::prepare_sp_after_pushes(fn, f.size, k, on_tracepoint_pushed, &ps, &t);
+          if (s == tp::Status::ok)
+            ts = s;
+          else
+            g_tp->pushed.pop_back();
+        }
+      }
+      if (ts != tp::Status::ok && trap_fallback &&
+          (ts == tp::Status::no_trampoline_space || ts == tp::Status::too_short ||
+           ts == tp::Status::branch_into_range))
+        ts = tp::Tracepoint::prepare_sp(fn, f.size, on_tracepoint, fn, &t, nullptr, true);
       if (ts != tp::Status::ok) {
         g_tp->tps.pop_back();
         g_tp->refusals.push_back({f.addr, intern(name), intern(f.object), tp::to_string(ts), false});
@@ -266,6 +296,7 @@ Status attach_functions(const std::vector<tp::ElfFunction>& fns, std::size_t* ne
       np.start_active = false;
       np.tracepoint = &t;
       np.site_len = static_cast<std::uint8_t>(t.jump_len());
+      np.site_skip = static_cast<std::uint8_t>(t.address() - f.addr);
       Status rs = Status::ok;
       const std::uint32_t id = register_probe_locked(np, &rs);
       if (id == kNone) {

@@ -155,7 +155,7 @@ std::uint32_t register_probe_locked(const NewProbe& np, Status* status) noexcept
   p.kind = np.kind;
   p.provider = np.provider;
   p.form = np.form;
-  p.split = x86::straddle_split(np.site, np.site_len);
+  p.split = x86::straddle_split(np.site + np.site_skip, np.site_len);
   p.object = np.object;
   p.name = np.name;
   if (obj != nullptr) {

@@ -94,6 +94,9 @@ struct NewProbe {
   void* tracepoint = nullptr;  // Form::tracepoint: the prepared tp::Tracepoint
   // Bytes written at site: 5 (a call), a tracepoint's jump_len() (5..8; 1 in trap mode).
   std::uint8_t site_len = 5;
+  // Form::tracepoint: the jump lies this many bytes after site (past the function's
+  // leading pushes; site stays the function's entry, the probe's key).
+  std::uint8_t site_skip = 0;
 };
 std::uint32_t register_probe_locked(const NewProbe& np, Status* status) noexcept;
 void set_tail_exit_locked(std::uintptr_t function, std::uint32_t id) noexcept;

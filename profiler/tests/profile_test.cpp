@@ -581,6 +581,30 @@ TEST(ProfileTrace, ObjectsLoadedLaterAreTraced) {
   EXPECT_EQ(function(jn, "dlt_work"), nullptr);
 }
 
+// A function of a non-PIE program whose jump at its entry has no place (a boundary at 1
+// and one at 4: see pushes_prog.cpp) is traced after its `push`, entry and exit probes,
+// exact under full (refused before: absent from the report), and sampled under paper.
+TEST(ProfileTrace, FunctionsAfterTheirLeadingPushes) {
+  const std::string args = std::string(PROF_PUSHES) + " 20000";
+  for (const char* policy : {"full", "paper"}) {
+    const Outcome r = crossmod(std::string("pushes-") + policy,
+                               std::string("--quiet --policy ") + policy + " --trace 'pushes_*' -- " + args);
+    ASSERT_EQ(r.status, 0) << r.err;
+    EXPECT_EQ(r.out, "pushes_add 20000 200010000\n");
+    const json j = report(r);
+    const json* f = function(j, "pushes_add");
+    ASSERT_NE(f, nullptr) << j["notes"].dump();
+    EXPECT_EQ((*f)["provider"], "tracepoint");
+    if (std::string(policy) == "full") {
+      EXPECT_EQ((*f)["calls_observed"].get<unsigned long>(), 20000u);
+      EXPECT_EQ((*f)["samples"].get<unsigned long>(), 20000u);
+    } else {
+      EXPECT_GE((*f)["samples"].get<unsigned long>(), 1u);
+      EXPECT_LE((*f)["calls_observed"].get<unsigned long>(), 20000u);
+    }
+  }
+}
+
 // Under budget all of the daemon's CPU time is instrumentation time: from the thread's start
 // (its set-up) to its end (the work after the last wake's settling). With a --trace pattern
 // that matches nothing no probe hit is charged, so the report's instr_ticks is the daemon's

@@ -69,11 +69,12 @@ bool has_relative_immediate(const ZydisDecodedInstruction& ins) noexcept {
 // (E8, E9), Jcc rel32 (0F 80-8F), XBEGIN rel32 (C7 F8; rel16 after 0x66). Prefixes come
 // before the opcode and do not move the target (the end of the instruction is the
 // opcode's offset plus opcode and displacement). Reads only bytes inside the function.
-bool branch_candidate(const std::uint8_t* code, std::size_t size, std::size_t from,
-                      std::uintptr_t addr) noexcept {
+// (branch_candidate_in: into [addr + lo, addr + hi] instead.)
+bool branch_candidate_in(const std::uint8_t* code, std::size_t size, std::size_t from,
+                         std::uintptr_t addr, std::size_t lo, std::size_t hi) noexcept {
   const auto lands = [&](std::size_t end, std::int64_t rel) {
     const std::uintptr_t t = addr + end + static_cast<std::uintptr_t>(rel);
-    return t > addr && t < addr + from;
+    return t >= addr + lo && t <= addr + hi;
   };
   const auto rel32 = [code](std::size_t at) {
     std::int32_t v;
@@ -96,6 +97,11 @@ bool branch_candidate(const std::uint8_t* code, std::size_t size, std::size_t fr
     }
   }
   return false;
+}
+
+bool branch_candidate(const std::uint8_t* code, std::size_t size, std::size_t from,
+                      std::uintptr_t addr) noexcept {
+  return from > 1 && branch_candidate_in(code, size, from, addr, 1, from - 1);
 }
 
 // Control does not fall through past this instruction.
@@ -275,6 +281,25 @@ Status analyze_scan(const std::uint8_t* code, std::size_t size, std::uintptr_t a
     pos += d.ins.length;
   }
   return Status::ok;
+}
+
+bool may_branch_into(const std::uint8_t* code, std::size_t size, std::uintptr_t addr,
+                     std::size_t from, std::size_t lo, std::size_t hi) noexcept {
+  if (!branch_candidate_in(code, size, from, addr, lo, hi)) return false;
+  const ZydisDecoder dec = make_decoder();
+  Decoded d;
+  ZydisDecoderContext ctx;
+  for (std::size_t pos = from; pos < size;) {
+    if (!ZYAN_SUCCESS(ZydisDecoderDecodeInstruction(&dec, &ctx, code + pos, size - pos, &d.ins))) return true;
+    if (has_relative_immediate(d.ins)) {
+      if (!ZYAN_SUCCESS(ZydisDecoderDecodeOperands(&dec, &ctx, &d.ins, d.ops, d.ins.operand_count)))
+        return true;
+      std::uintptr_t t = 0;
+      if (branch_target(d, addr + pos, &t) && t >= addr + lo && t <= addr + hi) return true;
+    }
+    pos += d.ins.length;
+  }
+  return false;
 }
 
 Status analyze_first(const std::uint8_t* code, std::size_t size, std::uintptr_t,

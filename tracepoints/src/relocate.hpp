@@ -32,6 +32,12 @@ Status analyze_scan(const std::uint8_t* code, std::size_t size, std::uintptr_t a
 Status choose_head(const std::uint8_t* code, std::size_t size, std::uintptr_t addr,
                    Analysis* out, bool* entry_ok) noexcept;
 
+// Whether a relative branch of the code at addr, decoded from offset `from` to size, may
+// land in [addr + lo, addr + hi] (the byte filter of analyze_scan, then decoding; a part
+// that does not decode counts as may).
+bool may_branch_into(const std::uint8_t* code, std::size_t size, std::uintptr_t addr,
+                     std::size_t from, std::size_t lo, std::size_t hi) noexcept;
+
 // Trap mode: only the first instruction (any length, even a lone `ret`) is relocated; the
 // code keeps its bytes except an int3 on byte 0, so neither the 5-byte minimum nor
 // branches into the range matter.

@@ -100,6 +100,61 @@ Status Tracepoint::prepare_sp(void* addr, std::size_t size, SpHandler handler, v
   return prepare_impl(addr, size, nullptr, handler, user, out, ec, trap_fallback);
 }
 
+namespace {
+// The length of a `push r64` at code (50+r, or REX.B 41 then 50+r), 0 if there is none.
+std::size_t push_len(const std::uint8_t* code, std::size_t size) noexcept {
+  if (size >= 1 && code[0] >= 0x50 && code[0] <= 0x57) return 1;
+  if (size >= 2 && code[0] == 0x41 && code[1] >= 0x50 && code[1] <= 0x57) return 2;
+  return 0;
+}
+constexpr unsigned kMaxPushes = 8;
+}  // namespace
+
+unsigned Tracepoint::leading_pushes(const void* fn, std::size_t size) noexcept {
+  const auto* code = static_cast<const std::uint8_t*>(fn);
+  unsigned n = 0;
+  std::size_t off = 0;
+  while (n < kMaxPushes && fn != nullptr) {
+    const std::size_t len = push_len(code + off, size - off);
+    if (len == 0) break;
+    off += len;
+    ++n;
+  }
+  return n;
+}
+
+Status Tracepoint::prepare_sp_after_pushes(void* fn, std::size_t size, unsigned pushes, SpHandler handler,
+                                           void* user, Tracepoint* out, std::error_code* ec) noexcept {
+  if (handler == nullptr) return Status::bad_state;
+  return prepare_after_pushes_impl(fn, size, pushes, nullptr, handler, user, out, ec);
+}
+
+Status Tracepoint::prepare_after_pushes(void* fn, std::size_t size, unsigned pushes, Handler handler,
+                                        void* user, Tracepoint* out, std::error_code* ec) noexcept {
+  if (handler == nullptr) return Status::bad_state;
+  return prepare_after_pushes_impl(fn, size, pushes, handler, nullptr, user, out, ec);
+}
+
+Status Tracepoint::prepare_after_pushes_impl(void* fn, std::size_t size, unsigned pushes, Handler handler,
+                                             SpHandler sp_handler, void* user, Tracepoint* out,
+                                             std::error_code* ec) noexcept {
+  if (fn == nullptr || pushes == 0 || pushes > kMaxPushes) return Status::bad_state;
+  const auto* code = static_cast<const std::uint8_t*>(fn);
+  std::size_t skip = 0;
+  for (unsigned i = 0; i < pushes; ++i) {
+    const std::size_t len = push_len(code + skip, size - skip);
+    if (len == 0) return Status::bad_state;
+    skip += len;
+  }
+  if (skip >= size) return Status::too_short;
+  // Offsets 1..skip: between the pushes, and the site itself, which a branch would reach
+  // with the stack of a later point of the function.
+  if (detail::may_branch_into(code, size, reinterpret_cast<std::uintptr_t>(fn), skip, 1, skip))
+    return Status::branch_into_range;
+  return prepare_impl(const_cast<std::uint8_t*>(code) + skip, size - skip, handler, sp_handler, user, out, ec,
+                      false);
+}
+
 Status Tracepoint::prepare_impl(void* addr, std::size_t size, Handler handler,
                                 SpHandler sp_handler, void* user, Tracepoint* out,
                                 std::error_code* ec, bool trap_fallback) noexcept {

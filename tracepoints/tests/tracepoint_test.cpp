@@ -274,6 +274,75 @@ TEST(Tracepoint, NoEntrySlotPossibleLowInMemory) {
   munmap(low, 4096);  // never installed: nothing points into it
 }
 
+// The same shape, low in memory, traced after its push: at offset 1 the head is `mov; xor`
+// (a boundary at 3, rel32 byte 2: an entry +-13 MiB away), and the handler's sp is one
+// slot below the return address. Installed, called from another thread (probe fired with
+// the caller's return address at sp[1], result and rbx right), removed. A function whose
+// loop branches back to offset 1 is refused: a thread arriving there would run the probe
+// with a deeper stack.
+std::atomic<std::uintptr_t> g_seen_ret{0};
+void seen_return_address(void*, std::uintptr_t* sp) noexcept { g_seen_ret.store(sp[1]); }
+
+TEST(Tracepoint, AfterLeadingPushesLowInMemory) {
+  // push rbx; mov rax, rdi; xor ebx, ebx; pop rbx; ret
+  static const std::uint8_t kFn[] = {0x53, 0x48, 0x89, 0xF8, 0x31, 0xDB, 0x5B, 0xC3};
+  //   0: 53         push rbx
+  //   1: 48 89 FB   mov rbx, rdi     <- loop head
+  //   4: 48 FF CB   dec rbx
+  //   7: 75 F8      jnz 1
+  //   9: 5B         pop rbx
+  //  10: C3         ret
+  static const std::uint8_t kLoop[] = {0x53, 0x48, 0x89, 0xFB, 0x48, 0xFF, 0xCB, 0x75, 0xF8, 0x5B, 0xC3};
+  // push r12; push rbx; push rbp; ret: three pushes of 2, 1, 1 bytes
+  static const std::uint8_t kThree[] = {0x41, 0x54, 0x53, 0x55, 0xC3};
+  EXPECT_EQ(Tracepoint::leading_pushes(kFn, sizeof kFn), 1u);
+  EXPECT_EQ(Tracepoint::leading_pushes(kLoop, sizeof kLoop), 1u);
+  EXPECT_EQ(Tracepoint::leading_pushes(kThree, sizeof kThree), 3u);
+  EXPECT_EQ(Tracepoint::leading_pushes(kThree, 3), 2u);  // the function ends inside the third
+
+  std::uint8_t* low = test::map_low(PROT_READ | PROT_WRITE | PROT_EXEC);
+  ASSERT_NE(low, nullptr);
+  std::memset(low, x86::kInvalid64, 4096);
+  std::uint8_t* fn = low + 0x100;
+  std::uint8_t* loop = low + 0x200;
+  std::memcpy(fn, kFn, sizeof kFn);
+  std::memcpy(loop, kLoop, sizeof kLoop);
+  WritableRange wr;
+  ASSERT_EQ(WritableRange::make(low, 4096, &wr), crossmod::Status::ok);
+  Tracepoint t0;
+  ASSERT_EQ(Tracepoint::prepare_sp(fn, sizeof kFn, seen_return_address, nullptr, &t0), Status::no_trampoline_space);
+  EXPECT_EQ(Tracepoint::prepare_sp_after_pushes(fn, sizeof kFn, 2, seen_return_address, nullptr, &t0),
+            Status::bad_state);  // only one push
+  Tracepoint tl;
+  EXPECT_EQ(Tracepoint::prepare_sp_after_pushes(loop, sizeof kLoop, 1, seen_return_address, nullptr, &tl),
+            Status::branch_into_range);
+
+  Tracepoint t;
+  ASSERT_EQ(Tracepoint::prepare_sp_after_pushes(fn, sizeof kFn, 1, seen_return_address, nullptr, &t), Status::ok);
+  EXPECT_EQ(t.address(), reinterpret_cast<std::uintptr_t>(fn) + 1);
+  EXPECT_FALSE(t.trap_mode());
+  EXPECT_EQ(t.analysis().boundary_mask, 1u << 3);
+  ASSERT_EQ(t.install(test_wait()), Status::ok);
+  EXPECT_EQ(fn[0], 0x53);  // the push stays
+  EXPECT_EQ(fn[1], 0xE9);
+  EXPECT_EQ(fn[4], 0xCC);
+  // Called through a stub, `call fn; ret`, so the return address is known: stub + 5.
+  std::uint8_t* stub = low + 0x300;
+  ASSERT_TRUE(enc::jmp_rel32(stub, reinterpret_cast<std::uintptr_t>(stub), reinterpret_cast<std::uintptr_t>(fn)));
+  stub[0] = 0xE8;  // call rel32: the same displacement as jmp rel32
+  stub[5] = 0xC3;
+  using Fn = std::uint64_t (*)(std::uint64_t);
+  std::uint64_t r = 0;
+  std::thread th([&] { r = reinterpret_cast<Fn>(stub)(77); });
+  th.join();
+  EXPECT_EQ(r, 77u);
+  EXPECT_EQ(g_seen_ret.load(), reinterpret_cast<std::uintptr_t>(stub) + 5);
+  ASSERT_EQ(t.remove(test_wait()), Status::ok);
+  EXPECT_EQ(std::memcmp(fn, kFn, sizeof kFn), 0);
+  (void)wr.restore();
+  munmap(low, 4096);  // removed and every call returned
+}
+
 // Functions whose first instruction is 4 bytes, copied below 816 MiB: the 5-byte jump
 // would need rel32 byte 3 = 0xCC (impossible there), so the jump gets one 0x2E prefix:
 // `2E E9 r0 r1 CC r3` with the boundary at offset 4 on rel32 byte 2. Installed, called

@@ -3,8 +3,10 @@
 // CROSSMOD_TRACE_FUNCTIONS (fnmatch pattern, ':'-separated alternatives); each probe
 // increments its function's counter. At exit it prints "calls function object" to
 // CROSSMOD_TRACE_OUT (or stderr), never to the program's stdout, and the refused functions
-// with their status to CROSSMOD_TRACE_REFUSED if set. Functions the jump cannot replace get
-// a trap-mode tracepoint (int3 on byte 0) unless CROSSMOD_TRACE_JUMP_ONLY is set.
+// with their status to CROSSMOD_TRACE_REFUSED if set. A function whose jump has no place
+// at its entry gets it after its leading pushes where that works; functions the jump
+// cannot replace get a trap-mode tracepoint (int3 on byte 0) unless
+// CROSSMOD_TRACE_JUMP_ONLY is set.
 // Thread safety: setup runs in the constructor, before main and normally before any thread
 // exists; the probe is one relaxed atomic increment (no allocation, no lock, async-signal-
 // safe); the report runs in a destructor.
@@ -114,8 +116,16 @@ __attribute__((constructor)) void trace_setup() {
     Tracepoint tp;
     const std::size_t idx = t->fns.size();
     t->counts[idx].store(0, std::memory_order_relaxed);
-    const Status s = Tracepoint::prepare(reinterpret_cast<void*>(f->addr), f->size, count,
-                                         &t->counts[idx], &tp, nullptr, trap_fallback);
+    auto* fn = reinterpret_cast<void*>(f->addr);
+    Status s = Tracepoint::prepare(fn, f->size, count, &t->counts[idx], &tp, nullptr, false);
+    // No place for the jump at the entry: after the leading pushes (other boundaries), which
+    // counts the same calls, before trap mode.
+    const unsigned pushes = s == Status::no_trampoline_space ? Tracepoint::leading_pushes(fn, f->size) : 0;
+    for (unsigned k = 1; k <= pushes && s != Status::ok; ++k)
+      if (Tracepoint::prepare_after_pushes(fn, f->size, k, count, &t->counts[idx], &tp) == Status::ok) s = Status::ok;
+    if (s != Status::ok && trap_fallback &&
+        (s == Status::no_trampoline_space || s == Status::too_short || s == Status::branch_into_range))
+      s = Tracepoint::prepare(fn, f->size, count, &t->counts[idx], &tp, nullptr, true);
     if (s != Status::ok) {
       t->refused.emplace_back(f, s);
       continue;
@@ -175,15 +185,17 @@ __attribute__((destructor)) void trace_report() {
   });
   std::uint64_t total = 0;
   for (std::uint64_t v : c) total += v;
-  std::size_t traps = 0, prefixed = 0;
-  for (const Tracepoint& tp : t->tps) {
+  std::size_t traps = 0, prefixed = 0, pushed = 0;
+  for (std::size_t i = 0; i < t->tps.size(); ++i) {
+    const Tracepoint& tp = t->tps[i];
     traps += tp.trap_mode();
     prefixed += tp.jump_len() > 5;
+    pushed += tp.address() != t->fns[i].addr;
   }
   std::fprintf(out,
-               "# crossmod-trace: %zu functions traced (%zu jump of which %zu prefixed, %zu "
-               "trap-mode), %zu refused, %llu calls%s\n",
-               t->fns.size(), t->fns.size() - traps, prefixed, traps, t->refused.size(),
+               "# crossmod-trace: %zu functions traced (%zu jump of which %zu prefixed and %zu after "
+               "pushes, %zu trap-mode), %zu refused, %llu calls%s\n",
+               t->fns.size(), t->fns.size() - traps, prefixed, pushed, traps, t->refused.size(),
                static_cast<unsigned long long>(total), t->active ? "" : " (NOT installed)");
   const crossmod::tp::PoolStats ps = crossmod::tp::pool_stats();
   std::fprintf(out,

@@ -135,6 +135,23 @@ class Tracepoint {
                            Tracepoint* out, std::error_code* ec = nullptr,
                            bool trap_fallback = false) noexcept;
 
+  // How many `push r64` (50+r, or 41 50+r) the function at fn begins with (at most 8).
+  static unsigned leading_pushes(const void* fn, std::size_t size) noexcept;
+  // prepare_sp() (no trap fallback) at the instruction after the first `pushes` leading
+  // pushes of the function fn, for a function whose jump at fn is refused: a one-byte
+  // `push` first puts a boundary at offset 1, which rules out every prefix, and with one at
+  // 4 too leaves one 16 MiB window for the entry (python3.11, not PIE: 149 of 939 Py*
+  // functions had no window at all). There the handler's sp is `pushes` slots below the
+  // return address. Refused (branch_into_range) when a relative branch of the function may
+  // land on offsets 1..the site (a thread arriving there would run the probe with another
+  // stack depth, or skip it), bad_state if fn does not begin with that many pushes.
+  static Status prepare_sp_after_pushes(void* fn, std::size_t size, unsigned pushes, SpHandler handler,
+                                        void* user, Tracepoint* out,
+                                        std::error_code* ec = nullptr) noexcept;
+  // The same with a plain Handler (entry counting needs no stack).
+  static Status prepare_after_pushes(void* fn, std::size_t size, unsigned pushes, Handler handler,
+                                     void* user, Tracepoint* out, std::error_code* ec = nullptr) noexcept;
+
   // Writes the jump. The replaced bytes must be in a code_memory writable range.
   //   0. register the trap redirects of every boundary (table_full if no slot);
   //   1. int3 on every replaced boundary (byte 0 and the 0xCC rel32 bytes, which already
@@ -202,6 +219,9 @@ class Tracepoint {
   std::uint8_t span_ = 5;  // bytes of code written: 5 + prefix_len (jump) or 1 (trap mode)
   bool installed_ = false;
 
+  static Status prepare_after_pushes_impl(void* fn, std::size_t size, unsigned pushes, Handler handler,
+                                          SpHandler sp_handler, void* user, Tracepoint* out,
+                                          std::error_code* ec) noexcept;
   static Status prepare_impl(void* addr, std::size_t size, Handler handler, SpHandler sp_handler,
                              void* user, Tracepoint* out, std::error_code* ec,
                              bool trap_fallback) noexcept;
