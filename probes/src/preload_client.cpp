@@ -12,7 +12,10 @@
 //   CROSSMOD_PROBES_TRACE_JUMP_ONLY=1  no trap-mode fallback (those functions are refused)
 //   CROSSMOD_PROBES_TRACE_REFUSED=FILE  the refused functions and why (tracepoint_refusals)
 //   CROSSMOD_PROBES_OUT=FILE      the report goes to FILE instead of stderr
+// With CROSSMOD_PROBES_TRACE, objects loaded later by dlopen get the same tracepoints, on
+// (this library's dlopen: the real one, then attach_tracepoints_in_new_objects).
 // Thread safety: the counting probe is one relaxed atomic add (no lock, no allocation).
+#include <dlfcn.h>
 #include <fnmatch.h>
 #include <time.h>
 
@@ -30,10 +33,15 @@ namespace crossmod::probes {
 namespace {
 
 std::atomic<std::uint64_t> g_hits[kMaxProbes];
+std::atomic<bool> g_claimed[kMaxProbes];  // tracepoint probes already switched on by us
 std::atomic<std::uint64_t> g_ticks[kMaxProbes];  // exit probes: sum of durations
 const char* g_off = nullptr;
 const char* g_on = nullptr;
-bool g_tracing = false;
+std::atomic<bool> g_tracing{false};
+// CROSSMOD_PROBES_TRACE's patterns, object pattern and exit flag, for objects loaded later.
+std::vector<std::string>* g_patterns = nullptr;
+const char* g_trace_object = nullptr;
+bool g_trace_exits = false;
 std::uint64_t g_tsc0 = 0;  // TSC and CLOCK_MONOTONIC at start: the TSC rate over the run
 double g_ns0 = 0;
 
@@ -42,7 +50,7 @@ double now_ns() {
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return static_cast<double>(ts.tv_sec) * 1e9 + static_cast<double>(ts.tv_nsec);
 }
-std::size_t g_trace_refused = 0;
+std::atomic<std::size_t> g_trace_refused{0};  // functions refused, at start-up and later
 
 void count_hit(ProbeId id, std::uint64_t) { g_hits[id].fetch_add(1, std::memory_order_relaxed); }
 void count_exit(ProbeId id, std::uint64_t tsc) {
@@ -108,7 +116,7 @@ void report_tracepoints(FILE* out) {
   std::fprintf(out,
                "# crossmod probes: tracepoints on %zu functions (%zu jump, %zu trap-mode), %zu "
                "refused, %llu calls\n",
-               traced, traced - trap, trap, g_trace_refused, static_cast<unsigned long long>(total));
+               traced, traced - trap, trap, g_trace_refused.load(), static_cast<unsigned long long>(total));
   const double ns = now_ns() - g_ns0;
   const double ticks_per_ns = ns > 0 ? static_cast<double>(x86::rdtsc() - g_tsc0) / ns : 0;
   std::fprintf(out, "# TSC %.3f ticks/ns (measured over the run); mean_ns = mean_ticks / that\n",
@@ -159,17 +167,34 @@ void report() {
   }
 }
 
+// Switches on the tracepoint probes nobody switched on yet (entries counting, exits timing
+// when asked), in one batch per kind (their installs share two waits). Each id is claimed
+// once, so concurrent dlopens never switch a probe on twice.
+void activate_unclaimed_tracepoints() {
+  std::vector<ProbeId> entries, exit_ids;
+  for (ProbeId id = 0; id < count(); ++id) {
+    ProbeInfo pi;
+    if (info(id, &pi) != Status::ok || pi.provider != Provider::tracepoint) continue;
+    if (g_claimed[id].exchange(true, std::memory_order_relaxed)) continue;
+    (pi.kind == Kind::entry ? entries : exit_ids).push_back(id);
+  }
+  Status s = activate_many(entries.data(), entries.size(), count_hit);
+  if (s == Status::ok && g_trace_exits) s = activate_many(exit_ids.data(), exit_ids.size(), count_exit);
+  if (s != Status::ok) std::fprintf(stderr, "crossmod probes: activating tracepoints: %s\n", to_string(s));
+}
+
 // CROSSMOD_PROBES_TRACE: attach per ':'-separated pattern, then switch the new tracepoint
-// probes on in one batch (their installs share two waits).
+// probes on; objects loaded later get the same (the dlopen below).
 void attach_from_env(const char* patterns) {
   const char* object = std::getenv("CROSSMOD_PROBES_TRACE_OBJECT");
   if (object != nullptr && *object == '\0') object = nullptr;
   const char* with_exit = std::getenv("CROSSMOD_PROBES_TRACE_EXIT");
-  const bool exits = with_exit != nullptr && *with_exit != '\0' && *with_exit != '0';
+  g_trace_exits = with_exit != nullptr && *with_exit != '\0' && *with_exit != '0';
   const char* jump_only = std::getenv("CROSSMOD_PROBES_TRACE_JUMP_ONLY");
   if (jump_only != nullptr && *jump_only != '\0' && *jump_only != '0')
     set_tracepoint_trap_fallback(false);
-  const std::size_t first_new = count();
+  g_trace_object = object;
+  g_patterns = new std::vector<std::string>();
   const std::string all = patterns;
   std::size_t pos = 0;
   while (pos <= all.size()) {
@@ -177,6 +202,7 @@ void attach_from_env(const char* patterns) {
     const std::string p = all.substr(pos, end - pos);
     std::size_t refused = 0;
     if (!p.empty()) {
+      g_patterns->push_back(p);
       const Status s = attach_tracepoints(p.c_str(), object, nullptr, &refused);
       if (s != Status::ok)
         std::fprintf(stderr, "crossmod probes: attach_tracepoints(%s): %s\n", p.c_str(), to_string(s));
@@ -184,15 +210,8 @@ void attach_from_env(const char* patterns) {
     }
     pos = end + 1;
   }
-  std::vector<ProbeId> entries, exit_ids;
-  for (ProbeId id = static_cast<ProbeId>(first_new); id < count(); ++id) {
-    ProbeInfo pi;
-    if (info(id, &pi) != Status::ok || pi.provider != Provider::tracepoint) continue;
-    (pi.kind == Kind::entry ? entries : exit_ids).push_back(id);
-  }
-  Status s = activate_many(entries.data(), entries.size(), count_hit);
-  if (s == Status::ok && exits) s = activate_many(exit_ids.data(), exit_ids.size(), count_exit);
-  if (s != Status::ok) std::fprintf(stderr, "crossmod probes: activating tracepoints: %s\n", to_string(s));
+  activate_unclaimed_tracepoints();
+  mark_objects_seen();
   g_tracing = true;
 }
 
@@ -211,5 +230,36 @@ __attribute__((constructor(101))) void preload_init() {
   if (tracing) attach_from_env(trace);
 }
 
+// After a dlopen that succeeded, with CROSSMOD_PROBES_TRACE: the patterns' tracepoints in
+// the objects it added, switched on. (Not for the layer's own pinning dlopen, which comes
+// here too: attach_tracepoints_in_new_objects returns at once on that thread.)
+void trace_objects_loaded_later() noexcept {
+  if (!g_tracing.load(std::memory_order_acquire) || g_patterns == nullptr) return;
+  try {
+    std::vector<const char*> p;
+    for (const std::string& s : *g_patterns) p.push_back(s.c_str());
+    std::size_t objects = 0, refused = 0;
+    const Status s = attach_tracepoints_in_new_objects(p.data(), p.size(), g_trace_object, &objects, nullptr, &refused);
+    if (s != Status::ok) std::fprintf(stderr, "crossmod probes: attaching in objects loaded later: %s\n", to_string(s));
+    if (objects == 0) return;
+    g_trace_refused.fetch_add(refused, std::memory_order_relaxed);
+    activate_unclaimed_tracepoints();
+  } catch (...) {
+  }
+}
+
 }  // namespace
 }  // namespace crossmod::probes
+
+// The program's dlopen when this library is preloaded (its definition comes before libc's;
+// a program that links the library gets it too, as a plain forwarder): the real one, then
+// with CROSSMOD_PROBES_TRACE the new objects' tracepoints. After a failure nothing else
+// runs, so dlerror says why.
+extern "C" __attribute__((visibility("default"))) void* dlopen(const char* file, int mode) {
+  using Fn = void* (*)(const char*, int);
+  static const Fn real = reinterpret_cast<Fn>(dlsym(RTLD_NEXT, "dlopen"));
+  if (real == nullptr) return nullptr;
+  void* h = real(file, mode);
+  if (h != nullptr) crossmod::probes::trace_objects_loaded_later();
+  return h;
+}

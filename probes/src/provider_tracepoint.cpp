@@ -18,11 +18,13 @@
 #include <cxxabi.h>
 #include <dlfcn.h>
 #include <fnmatch.h>
+#include <link.h>
 
 #include <algorithm>
 #include <atomic>
 #include <cstdlib>
 #include <deque>
+#include <mutex>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -389,6 +391,84 @@ Status attach_tracepoint_at(const void* function, std::size_t* new_probes, std::
   }
   if (fns.empty()) return Status::bad_argument;  // no function symbol starts there
   return attach_functions(fns, new_probes, refused);
+}
+
+namespace {
+// The objects loaded when mark_objects_seen ran or that a later call found (dl_iterate_phdr
+// names, as enumerate_functions gives them). Never freed.
+std::mutex g_seen_mutex;
+std::vector<std::string>* g_seen = nullptr;
+thread_local bool t_in_new_objects = false;
+
+int collect_object_names(dl_phdr_info* info, std::size_t, void* data) {
+  auto* v = static_cast<std::vector<std::string>*>(data);
+  if (info->dlpi_name != nullptr && info->dlpi_name[0] != '\0') v->emplace_back(info->dlpi_name);
+  return 0;
+}
+
+// `s` as an fnmatch(3) pattern that matches exactly `s` (flags 0: backslash quotes).
+std::string fnmatch_literal(const std::string& s) {
+  std::string out;
+  out.reserve(s.size() + 8);
+  for (const char c : s) {
+    if (c == '*' || c == '?' || c == '[' || c == '\\') out.push_back('\\');
+    out.push_back(c);
+  }
+  return out;
+}
+}  // namespace
+
+void mark_objects_seen() noexcept {
+  try {
+    std::lock_guard<std::mutex> lock(g_seen_mutex);
+    if (g_seen == nullptr) g_seen = new std::vector<std::string>();
+    g_seen->clear();
+    dl_iterate_phdr(collect_object_names, g_seen);
+  } catch (...) {
+  }
+}
+
+Status attach_tracepoints_in_new_objects(const char* const* patterns, std::size_t n, const char* object_pattern,
+                                         std::size_t* objects, std::size_t* new_probes,
+                                         std::size_t* refused) noexcept {
+  if (objects != nullptr) *objects = 0;
+  if (new_probes != nullptr) *new_probes = 0;
+  if (refused != nullptr) *refused = 0;
+  if (patterns == nullptr && n != 0) return Status::bad_argument;
+  if (t_in_new_objects) return Status::ok;
+  t_in_new_objects = true;
+  Status first = Status::ok;
+  try {
+    std::vector<std::string> fresh;
+    {
+      std::lock_guard<std::mutex> lock(g_seen_mutex);
+      if (g_seen != nullptr) {
+        std::vector<std::string> now;
+        dl_iterate_phdr(collect_object_names, &now);
+        for (std::string& o : now) {
+          if (std::find(g_seen->begin(), g_seen->end(), o) != g_seen->end()) continue;
+          g_seen->push_back(o);
+          if (object_pattern == nullptr || fnmatch(object_pattern, o.c_str(), 0) == 0)
+            fresh.push_back(std::move(o));
+        }
+      }
+    }
+    for (const std::string& o : fresh) {
+      const std::string exact = fnmatch_literal(o);
+      for (std::size_t i = 0; i < n; ++i) {
+        std::size_t made = 0, ref = 0;
+        const Status s = attach_tracepoints(patterns[i], exact.c_str(), &made, &ref);
+        if (s != Status::ok && first == Status::ok) first = s;
+        if (new_probes != nullptr) *new_probes += made;
+        if (refused != nullptr) *refused += ref;
+      }
+    }
+    if (objects != nullptr) *objects = fresh.size();
+  } catch (...) {
+    first = Status::engine_error;
+  }
+  t_in_new_objects = false;
+  return first;
 }
 
 std::size_t tracepoint_refusals(TracepointRefusal* out, std::size_t capacity) noexcept {

@@ -1395,32 +1395,14 @@ void set_note(const char* s) {
 
 // --trace in objects loaded after start-up (dlopen: Python's extension modules, plugins, a
 // BLAS a module pulls in). The runtime's dlopen (below) attaches the tracepoints of every
-// object the real one added, after it returned: the new object's constructors have run,
-// and the attach (the probes start off) and later installs are safe while its code runs.
-// The probes layer pins an object that got a probe site, so a dlclose cannot unmap it.
-// Guarded by g_late_mutex; the names are dl_iterate_phdr's (enumerate_functions' objects).
+// object the real one added, after it returned (probes::attach_tracepoints_in_new_objects:
+// the new object's constructors have run, and the attach, with the probes off, and later
+// installs are safe while its code runs). The probes layer pins an object that got a probe
+// site, so a dlclose cannot unmap it. The counts for the note: guarded by g_late_mutex.
 std::mutex g_late_mutex;
-std::vector<std::string>* g_late_seen = nullptr;  // objects already attached (or passed over)
+std::atomic<bool> g_late_on{false};  // set at start-up once the objects loaded then are marked seen
 std::size_t g_late_objects = 0, g_late_made = 0, g_late_refused = 0;
 char g_trace_note[200] = "";  // the start-up attach's note; the late attaches' counts follow it
-thread_local bool t_in_late_attach = false;
-
-int collect_object_names(dl_phdr_info* info, std::size_t, void* data) {
-  auto* v = static_cast<std::vector<std::string>*>(data);
-  if (info->dlpi_name != nullptr && info->dlpi_name[0] != '\0') v->emplace_back(info->dlpi_name);
-  return 0;
-}
-
-// `s` as an fnmatch(3) pattern that matches exactly `s` (flags 0: backslash quotes).
-std::string fnmatch_literal(const std::string& s) {
-  std::string out;
-  out.reserve(s.size() + 8);
-  for (const char c : s) {
-    if (c == '*' || c == '?' || c == '[' || c == '\\') out.push_back('\\');
-    out.push_back(c);
-  }
-  return out;
-}
 
 // Header::refusals from the probes layer's list: count per reason and object (its file
 // name), most frequent first, as many as fit. After every attach (start-up, dlopen).
@@ -1454,59 +1436,27 @@ void write_refusals() noexcept {
 
 // At start-up, after the first attach: every object loaded now counts as seen.
 void remember_loaded_objects() noexcept {
-  try {
-    std::lock_guard<std::mutex> lock(g_late_mutex);
-    g_late_seen = new std::vector<std::string>();
-    dl_iterate_phdr(collect_object_names, g_late_seen);
-  } catch (...) {
-    g_late_seen = nullptr;  // no late attaches (the note says nothing of them)
-  }
+  cp::mark_objects_seen();
+  g_late_on = true;
 }
 
-// After a dlopen that succeeded: attaches the tracepoints of the objects not seen before.
-// g_late_mutex is not held during the attach: the probes layer pins a new object with a
-// dlopen of its own (the loader lock), and a thread running an object's constructors holds
-// the loader lock while its nested dlopen comes here (t_in_late_attach: the pin's own
-// dlopen, on this thread, does nothing more).
+// After a dlopen that succeeded: attaches the tracepoints of the objects not seen before,
+// and updates the note.
 void attach_late_objects() noexcept {
-  if (t_in_late_attach) return;
-  t_in_late_attach = true;
-  try {
-    std::vector<std::string> fresh;
-    {
-      std::lock_guard<std::mutex> lock(g_late_mutex);
-      if (g_late_seen != nullptr) {
-        std::vector<std::string> now;
-        dl_iterate_phdr(collect_object_names, &now);
-        for (std::string& o : now) {
-          if (std::find(g_late_seen->begin(), g_late_seen->end(), o) != g_late_seen->end()) continue;
-          g_late_seen->push_back(o);
-          if (g_cfg.trace_object == nullptr || fnmatch(g_cfg.trace_object, o.c_str(), 0) == 0)
-            fresh.push_back(std::move(o));
-        }
-      }
-    }
-    std::size_t made_all = 0, refused_all = 0;
-    for (const std::string& o : fresh) {
-      std::size_t made = 0, refused = 0;
-      (void)cp::attach_tracepoints(g_cfg.trace, fnmatch_literal(o).c_str(), &made, &refused);
-      made_all += made;
-      refused_all += refused;
-    }
-    if (!fresh.empty()) {
-      std::lock_guard<std::mutex> lock(g_late_mutex);
-      g_late_objects += fresh.size();
-      g_late_made += made_all;
-      g_late_refused += refused_all;
-      char buf[sizeof g_hdr->note];
-      std::snprintf(buf, sizeof buf, "%s; loaded later: %zu objects, %zu probes, %zu refused", g_trace_note,
-                    g_late_objects, g_late_made, g_late_refused);
-      set_note(buf);
-      write_refusals();
-    }
-  } catch (...) {
-  }
-  t_in_late_attach = false;
+  if (!g_late_on) return;
+  std::size_t objects = 0, made = 0, refused = 0;
+  const char* patterns[] = {g_cfg.trace};
+  (void)cp::attach_tracepoints_in_new_objects(patterns, 1, g_cfg.trace_object, &objects, &made, &refused);
+  if (objects == 0) return;
+  std::lock_guard<std::mutex> lock(g_late_mutex);
+  g_late_objects += objects;
+  g_late_made += made;
+  g_late_refused += refused;
+  char buf[sizeof g_hdr->note];
+  std::snprintf(buf, sizeof buf, "%s; loaded later: %zu objects, %zu probes, %zu refused", g_trace_note,
+                g_late_objects, g_late_made, g_late_refused);
+  set_note(buf);
+  write_refusals();
 }
 
 // The real _Fork, for the runtime's _Fork (below): looked up here, so that the wrapper

@@ -605,6 +605,41 @@ TEST(ProfileTrace, FunctionsAfterTheirLeadingPushes) {
   }
 }
 
+// `crossmod trace` follows dlopen like the profiler, both drivers: the probes library
+// preloaded on its own (--latency: entry and exit tracepoints, calls counted and timed)
+// and crossmod-trace's (entry tracepoints counting). The loaded library's function gets
+// its tracepoints, on, and every call is counted. (Here for prof_dlopen and its library.)
+TEST(TraceCommand, FollowsObjectsLoadedLater) {
+  for (const std::string mode : {"--latency", ""}) {
+    const fs::path dir = fresh_dir("trace-dlopen" + mode);
+    fs::create_directories(dir);
+    const fs::path table = dir / "table.txt", out = dir / "stdout";
+    const std::string cmd = std::string(CROSSMOD_BIN) + " trace " + mode + " --functions 'dlt_*' --out " +
+                            table.string() + " -- " + PROF_DLOPEN + " " + PROF_DL_TARGET + " 20000 >" + out.string() +
+                            " 2>/dev/null";
+    const int st = std::system(cmd.c_str());
+    ASSERT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0) << mode << " " << st;
+    EXPECT_EQ(slurp(out), "dlerror kept\ndlt_work 20000\n") << mode;
+    const std::string t = slurp(table);
+    std::istringstream lines(t);
+    std::string line;
+    bool found = false;
+    while (std::getline(lines, line)) {
+      std::istringstream f(line);
+      std::string calls, kind, name, object, exits;
+      if (!(f >> calls >> kind >> name >> object) || name != "dlt_work") continue;
+      found = true;
+      EXPECT_EQ(calls, "20000") << line;
+      EXPECT_EQ(kind, "jump") << line;
+      if (!mode.empty()) {
+        ASSERT_TRUE(static_cast<bool>(f >> exits)) << line;
+        EXPECT_EQ(exits, "20000") << line;
+      }
+    }
+    EXPECT_TRUE(found) << mode << "\n" << t;
+  }
+}
+
 // Under budget all of the daemon's CPU time is instrumentation time: from the thread's start
 // (its set-up) to its end (the work after the last wake's settling). With a --trace pattern
 // that matches nothing no probe hit is charged, so the report's instr_ticks is the daemon's

@@ -4,7 +4,8 @@
 // at exit on stderr or in --out). exec keeps the program's pid, output and exit status.
 // --latency preloads libcrossmod_probes.so instead: its tracepoint provider adds exit
 // probes (return-address redirection) and the table the mean time per call.
-// Main thread only.
+// Objects the program dlopens later are traced too (both preload libraries define dlopen).
+// Main thread only (this command; the preloaded libraries handle the program's threads).
 #include <fmt/core.h>
 #include <unistd.h>
 

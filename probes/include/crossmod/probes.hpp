@@ -152,6 +152,20 @@ Status attach_tracepoints(const char* pattern, const char* object_pattern,
 // there. E.g. a profiler putting a tracepoint on its own calibration function.
 Status attach_tracepoint_at(const void* function, std::size_t* new_probes = nullptr,
                             std::size_t* refused = nullptr) noexcept;
+// Objects loaded after start-up (dlopen: plugins, Python's extension modules). After
+// mark_objects_seen(), each call of attach_tracepoints_in_new_objects attaches each of
+// the `n` patterns (as attach_tracepoints) in every object loaded since the previous call
+// (or the mark) whose path matches `object_pattern` (nullptr: any); `objects` (optional)
+// receives how many such objects there were. Call it after a dlopen returned: the new
+// object's constructors have run. Before any mark it does nothing. A call made on a thread
+// already inside one (the layer pins an object it probes with a dlopen of its own, which a
+// caller's dlopen interposer sees) returns ok at once. The list of objects is guarded by
+// its own mutex, not held during the attaches (a constructor's nested dlopen holds the
+// loader lock, which the pin's dlopen needs).
+void mark_objects_seen() noexcept;
+Status attach_tracepoints_in_new_objects(const char* const* patterns, std::size_t n, const char* object_pattern,
+                                         std::size_t* objects = nullptr, std::size_t* new_probes = nullptr,
+                                         std::size_t* refused = nullptr) noexcept;
 // Details of the tracepoint provider (provider_tracepoint.cpp):
 // - A function is skipped (neither probed nor refused) when its object is this library,
 //   or a probe already sits at its entry (another provider, or an earlier attach).
