@@ -228,7 +228,9 @@ extern "C" __attribute__((visibility("default"))) void* dlopen(const char* file,
   try {
     trace_objects(t, [t](const std::string& object) {
       if (!claim(t, object)) return false;
-      return real(object.c_str(), RTLD_LAZY | RTLD_NOLOAD | RTLD_NODELETE) != nullptr;
+      if (real(object.c_str(), RTLD_LAZY | RTLD_NOLOAD | RTLD_NODELETE) != nullptr) return true;
+      (void)dlerror();  // the program's next dlerror() must not report our failed pin
+      return false;
     }, true);
   } catch (...) {
   }
