@@ -171,6 +171,7 @@ void trace_objects(Traced* t, const crossmod::tp::ObjectFilter& want, bool late)
     std::fprintf(stderr, "crossmod-trace: install failed: %s\n", crossmod::tp::to_string(s));
     return;
   }
+  std::lock_guard<std::mutex> lock(t->mu);  // the report reads it under the same mutex
   b->active = true;
 }
 
