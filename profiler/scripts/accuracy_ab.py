@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Interleaved A/B of two builds' latency estimates against latency_lab's ground truth.
 
-    profiler/scripts/accuracy_ab.py BUILD_A BUILD_B ROUNDS [THREADS] [POLICY,POLICY...] [PROVIDER,...]
+    profiler/scripts/accuracy_ab.py [--by-policy] BUILD_A BUILD_B ROUNDS [THREADS] [POLICY,POLICY...] [PROVIDER,...]
 
 For a change to compensation or to the probes' path: each round runs, for each provider
 (default cyg,pfe: latency_lab_cyg and latency_lab_pfe; `trace`: latency_lab_plain under
@@ -12,7 +12,9 @@ build B for every policy (default paper,budget; 8 threads, 3,000 iterations each
 B alternating and the order flipped every round. Each function's on-CPU estimate is
 compared with the whole call's truth (lab_truth.call_truth). Prints per build, provider
 and function the median over runs of estimate - truth (ticks) and of the interval's
-half-width, and per build how many intervals covered the truth. Writes into a temporary folder only.
+half-width, and per build how many intervals covered the truth. --by-policy: the same per
+policy instead of per build (both builds' runs together; e.g. BUILD_A = BUILD_B and the
+policies full,paper: how each policy's intervals fare). Writes into a temporary folder only.
 """
 import json
 import statistics
@@ -24,13 +26,17 @@ from lab_truth import call_estimates
 
 
 def main():
-    if len(sys.argv) < 4:
+    argv = sys.argv[1:]
+    by_policy = bool(argv) and argv[0] == "--by-policy"
+    if by_policy:
+        argv = argv[1:]
+    if len(argv) < 3:
         sys.exit(__doc__)
-    builds = {"A": sys.argv[1], "B": sys.argv[2]}
-    rounds = int(sys.argv[3])
-    threads = int(sys.argv[4]) if len(sys.argv) > 4 else 8
-    policies = sys.argv[5].split(",") if len(sys.argv) > 5 else ["paper", "budget"]
-    providers = sys.argv[6].split(",") if len(sys.argv) > 6 else ["cyg", "pfe"]
+    builds = {"A": argv[0], "B": argv[1]}
+    rounds = int(argv[2])
+    threads = int(argv[3]) if len(argv) > 3 else 8
+    policies = argv[4].split(",") if len(argv) > 4 else ["paper", "budget"]
+    providers = argv[5].split(",") if len(argv) > 5 else ["cyg", "pfe"]
     if any(p not in ("cyg", "pfe", "trace") for p in providers):
         sys.exit("accuracy_ab.py: providers are cyg, pfe, trace")
     bias, cover = {}, {}
@@ -50,19 +56,20 @@ def main():
                         subprocess.run([f"{builds[arm]}/crossmod", "profile", "--policy", policy, "--quiet", *trace,
                                         "--out", d, "--", lab, *args, "--truth", d + ".json"],
                                        check=True, stdout=subprocess.DEVNULL)
+                        key = policy if by_policy else arm
                         for f, e, call, lo, hi in call_estimates(d + ".json", d + "/profile.json", f"{tmp}/base.json"):
-                            bias.setdefault((arm, prov, f["name"]), []).append(
+                            bias.setdefault((key, prov, f["name"]), []).append(
                                 (e["oncpu_mean_ticks"] - call, (hi - lo) / 2))
-                            c = cover.setdefault(arm, [0, 0])
+                            c = cover.setdefault(key, [0, 0])
                             c[0] += lo <= call <= hi
                             c[1] += 1
             print(f"round {r + 1}/{rounds} done", file=sys.stderr)
-    print("build provider function        est-truth  half-width  (median ticks over runs)")
-    for (arm, prov, name), v in sorted(bias.items()):
-        print(f"{arm:5} {prov:8} {name:15} {statistics.median(x[0] for x in v):+9.0f} "
+    print(f"{'policy' if by_policy else 'build'} provider function        est-truth  half-width  (median ticks over runs)")
+    for (key, prov, name), v in sorted(bias.items()):
+        print(f"{key:8} {prov:8} {name:15} {statistics.median(x[0] for x in v):+9.0f} "
               f"{statistics.median(x[1] for x in v):10.0f}   n={len(v)}")
-    for arm, (k, n) in sorted(cover.items()):
-        print(f"{arm}: {builds[arm]}: intervals covering the call's truth {k}/{n}")
+    for key, (k, n) in sorted(cover.items()):
+        print(f"{key}: {key if by_policy else builds[key]}: intervals covering the call's truth {k}/{n}")
 
 
 if __name__ == "__main__":
