@@ -169,15 +169,20 @@ void report() {
 
 // Switches on the tracepoint probes nobody switched on yet (entries counting, exits timing
 // when asked), in one batch per kind (their installs share two waits). Each id is claimed
-// once, so concurrent dlopens never switch a probe on twice.
+// once, so concurrent dlopens never switch a probe on twice; ids below g_scanned were all
+// claimed, so a dlopen looks at the new ones only.
+std::atomic<std::size_t> g_scanned{0};
 void activate_unclaimed_tracepoints() {
   std::vector<ProbeId> entries, exit_ids;
-  for (ProbeId id = 0; id < count(); ++id) {
+  std::size_t from = g_scanned.load(std::memory_order_acquire);
+  const std::size_t to = count();
+  for (ProbeId id = static_cast<ProbeId>(from); id < to; ++id) {
     ProbeInfo pi;
     if (info(id, &pi) != Status::ok || pi.provider != Provider::tracepoint) continue;
     if (g_claimed[id].exchange(true, std::memory_order_relaxed)) continue;
     (pi.kind == Kind::entry ? entries : exit_ids).push_back(id);
   }
+  g_scanned.compare_exchange_strong(from, to, std::memory_order_acq_rel);  // lost: another scan moved it
   Status s = activate_many(entries.data(), entries.size(), count_hit);
   if (s == Status::ok && g_trace_exits) s = activate_many(exit_ids.data(), exit_ids.size(), count_exit);
   if (s != Status::ok) std::fprintf(stderr, "crossmod probes: activating tracepoints: %s\n", to_string(s));
