@@ -151,7 +151,7 @@ Status Tracepoint::prepare_after_pushes_impl(void* fn, std::size_t size, unsigne
   // with the stack of a later point of the function.
   if (detail::may_branch_into(code, size, reinterpret_cast<std::uintptr_t>(fn), skip, 1, skip))
     return Status::branch_into_range;
-  return prepare_impl(const_cast<std::uint8_t*>(code) + skip, size - skip, handler, sp_handler, user, out, ec,
+  return prepare_impl(static_cast<std::uint8_t*>(fn) + skip, size - skip, handler, sp_handler, user, out, ec,
                       false);
 }
 
@@ -187,18 +187,20 @@ Status Tracepoint::prepare_impl(void* addr, std::size_t size, Handler handler,
     trap_mode = true;
   }
 
+  // Room for the copies of x's instructions, and the whole body reserved around them.
   const auto copies_cap_of = [](const Analysis& x) {
     return x.count * detail::kMaxCopyLen + enc::kJmpAbsLen;
   };
-  std::size_t copies_cap = copies_cap_of(an);
-  std::size_t reserve_len = kCopiesAt + copies_cap + kProbeBlockMax + kTailMax;
+  const auto reserve_len_of = [&](const Analysis& x) {
+    return kCopiesAt + copies_cap_of(x) + kProbeBlockMax + kTailMax;
+  };
   // The jump with prefix_len prefixes is, for the pool, the 5-byte jmp at a + prefix_len.
   unsigned prefix = an.prefix_len;
   std::uint8_t rel_mask = 0;
   if (!trap_mode && !detail::prefixed_mask(an.boundary_mask, prefix, &rel_mask))
     return Status::no_trampoline_space;  // not reached: choose_head checked it
   detail::Reservation r;
-  Status rs = detail::reserve(a + prefix, rel_mask, reserve_len, !trap_mode, &r, ec);
+  Status rs = detail::reserve(a + prefix, rel_mask, reserve_len_of(an), !trap_mode, &r, ec);
   // Every address this prefix's constraint allows may be taken: with three rel32 bytes
   // fixed they lie in one 256-byte window, which another mapping can cover (a library
   // loaded late found it inside the threads' malloc heap reservations). A longer prefix
@@ -211,19 +213,15 @@ Status Tracepoint::prepare_impl(void* addr, std::size_t size, Handler handler,
         detail::analyze_scan(code, size, a, &alt) != Status::ok ||
         !detail::prefixed_mask(alt.boundary_mask, p, &alt_mask))
       continue;
-    const std::size_t alt_cap = copies_cap_of(alt);
-    const std::size_t alt_len = kCopiesAt + alt_cap + kProbeBlockMax + kTailMax;
-    rs = detail::reserve(a + p, alt_mask, alt_len, true, &r, ec);
+    rs = detail::reserve(a + p, alt_mask, reserve_len_of(alt), true, &r, ec);
     if (rs != Status::ok) continue;
     an = alt;
     prefix = p;
     rel_mask = alt_mask;
-    copies_cap = alt_cap;
-    reserve_len = alt_len;
   }
   if (rs == Status::no_trampoline_space && trap_fallback && !trap_mode) {
     trap_mode = true;
-    rs = detail::reserve(a + prefix, rel_mask, reserve_len, false, &r, ec);
+    rs = detail::reserve(a + prefix, rel_mask, reserve_len_of(an), false, &r, ec);
   }
   if (rs != Status::ok) return rs;
   std::uint8_t* body = r.body;
@@ -233,7 +231,7 @@ Status Tracepoint::prepare_impl(void* addr, std::size_t size, Handler handler,
   std::uint16_t copy_offset[5] = {};
   std::size_t copies_len = 0;
   if (const Status s = detail::relocate(code, a, an, body_at + kCopiesAt, body + kCopiesAt,
-                                        copies_cap, &copies_len, copy_offset);
+                                        copies_cap_of(an), &copies_len, copy_offset);
       s != Status::ok)
     return s;  // the reservation is leaked (a few hundred bytes; refusals are rare here)
 
@@ -268,7 +266,7 @@ Status Tracepoint::prepare_impl(void* addr, std::size_t size, Handler handler,
   ctx->user = user;
   enc::put64(p + ctx_imm_at, reinterpret_cast<std::uint64_t>(ctx));
   const std::size_t used = lit + 8 + sizeof(ProbeCtx);
-  detail::trim_body(body, reserve_len, used);
+  detail::trim_body(body, reserve_len_of(an), used);
 
   // Toggle slot. On: `jmp probe block` (its last 3 bytes are never reached). Off: one
   // 8-byte NOP, so a disabled tracepoint falls through into the copies instead of taking
