@@ -84,6 +84,11 @@ struct RedirectSlot {
 inline constexpr std::size_t kRedirectBits = 16;
 static_assert((std::size_t{1} << kRedirectBits) == trap::kRedirectSlots);
 RedirectSlot g_redirects[trap::kRedirectSlots];
+// Slots ever claimed. While none is, redirect_target need not read the table: a
+// tracepoint layer asks it for every function it prepares, and each lookup of the
+// scattering hash read another page of the 1.5 MB table (python3 --trace 'Py*': ~360 page
+// faults before the program's first instruction).
+std::atomic<std::uint64_t> g_redirect_claims{0};
 std::atomic<std::uint64_t> g_redirected{0};
 std::atomic<std::uint64_t> g_reexecuted{0};
 
@@ -99,7 +104,10 @@ RedirectSlot* find_redirect(std::uintptr_t a, bool claim) noexcept {
     std::uintptr_t cur = slot.from.load(std::memory_order_acquire);
     if (cur == 0) {
       if (!claim) return nullptr;
-      if (slot.from.compare_exchange_strong(cur, a, std::memory_order_acq_rel)) return &slot;
+      if (slot.from.compare_exchange_strong(cur, a, std::memory_order_acq_rel)) {
+        g_redirect_claims.fetch_add(1, std::memory_order_release);
+        return &slot;
+      }
     }
     if (cur == a) return &slot;
   }
@@ -281,6 +289,7 @@ Status redirect_clear(std::uintptr_t from) noexcept {
 }
 
 std::uintptr_t redirect_target(std::uintptr_t from) noexcept {
+  if (g_redirect_claims.load(std::memory_order_acquire) == 0) return 0;
   const RedirectSlot* slot = find_redirect(from, false);
   return slot == nullptr ? 0 : slot->to.load(std::memory_order_acquire);
 }
