@@ -86,6 +86,7 @@ struct Config {
 Config g_cfg;
 Header* g_hdr = nullptr;
 FuncRecord* g_funcs = nullptr;
+Hist* g_hists = nullptr;  // g_hists[i]: g_funcs[i]'s latency histogram
 ThreadRecord* g_threads = nullptr;
 TimelineEntry* g_timeline = nullptr;
 char* g_strings = nullptr;
@@ -490,7 +491,7 @@ void on_exit(cp::ProbeId id, std::uint64_t tsc) noexcept {
     add(f.samples, 1);
     add(f.sum_ticks, d);
     add(f.raw_sum_ticks, raw);
-    add(f.hist[hist_bucket(d)], 1);
+    if (&f != &g_calib_rec) [[likely]] add(g_hists[s - 1].n[hist_bucket(d)], 1);
     add(t.rec->samples, 1);
     add(t.rec->sum_ticks, d);
     if (g_cfg.policy != Policy::full &&
@@ -1349,6 +1350,7 @@ bool open_segment() {
   auto* base = static_cast<char*>(p);
   g_hdr = reinterpret_cast<Header*>(base);
   g_funcs = reinterpret_cast<FuncRecord*>(base + l.funcs);
+  g_hists = reinterpret_cast<Hist*>(base + l.hists);
   g_threads = reinterpret_cast<ThreadRecord*>(base + l.threads);
   g_timeline = reinterpret_cast<TimelineEntry*>(base + l.timeline);
   g_strings = base + l.strings;

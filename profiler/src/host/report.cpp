@@ -132,6 +132,7 @@ ProfileData read_segments(const std::string& raw_dir, const RunInfo& run) {
     const char* base = static_cast<const char*>(maps[k]->p);
     const Layout l = layout(h.max_funcs, h.max_threads, h.timeline_cap, h.string_bytes);
     const auto* funcs = reinterpret_cast<const FuncRecord*>(base + l.funcs);
+    const auto* hists = reinterpret_cast<const Hist*>(base + l.hists);
     const auto* threads = reinterpret_cast<const ThreadRecord*>(base + l.threads);
     const auto* timeline = reinterpret_cast<const TimelineEntry*>(base + l.timeline);
     const char* strings = base + l.strings;
@@ -233,7 +234,7 @@ ProfileData read_segments(const std::string& raw_dir, const RunInfo& run) {
       const std::uint64_t off_n = f.sw_samples + f.unk_samples + f.cold_samples,
                           off_s = f.sw_sum_ticks + f.unk_sum_ticks + f.cold_sum_ticks;
       if (f.samples >= off_n && f.sum_ticks >= off_s) s.oncpu.add(f.samples - off_n, f.sum_ticks - off_s, f.oncpu);
-      for (unsigned b = 0; b < kHistBuckets; ++b) s.hist[b] += f.hist[b];
+      for (unsigned b = 0; b < kHistBuckets; ++b) s.hist[b] += hists[i].n[b];
     }
   }
   for (auto& [text, segs] : image_notes)
