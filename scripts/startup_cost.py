@@ -6,10 +6,12 @@ builds reversed every other round, never block after block).
 For each round and each case (a short program, with and without --trace) it runs
 
     plain      the program alone, no preload (CPU from os.wait4's rusage), once per round
-    BUILD      BUILD/crossmod profile --policy none --quiet [--trace T] --out TMP -- PROGRAM
+    BUILD      BUILD/crossmod profile --policy P --quiet [--trace T] --out TMP -- PROGRAM
                (run.cpu_s of profile.json: the program's CPU, the report is not in it)
 
-and prints, per case and build, the median and min..max of the CPU seconds and the median
+(P: --policy, default none: nothing is switched on, so a tracepoint's jump is never
+installed; a sampling policy switches every function on as it is found, and installs its
+jump then) and prints, per case and build, the median and min..max of the CPU seconds and the median
 minus plain's median (the start-up cost), and per build the start-up calibrations the
 profiled runs reported (overhead.calib_ticks_per_hit, self_ticks and nest_ticks per
 provider: median and min..max over the runs that had them). `--split` adds, per build, the program with only
@@ -17,7 +19,7 @@ BUILD/probes/libcrossmod_probes.so preloaded (the probes library: loading + its
 constructor), so that a case's cost splits into probes library / runtime (segment,
 calibration, ...) / --trace attach (the difference to the same program without --trace).
 
-    scripts/startup_cost.py [--runs N] [--split] [--cases a,b] [--json FILE] BUILD [BUILD...]
+    scripts/startup_cost.py [--runs N] [--split] [--cases a,b] [--policy P] [--json FILE] BUILD [BUILD...]
     e.g. scripts/startup_cost.py --runs 10 build-old build
 Exit 0 done, 2 bad usage (one line on stderr), 1 a run failed.
 """
@@ -33,6 +35,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+POLICIES = ("none", "paper", "budget", "converge", "full")
 # name -> (program argv, --trace pattern or None)
 CASES: dict[str, tuple[list[str], str | None]] = {
     "python3-trace": (["/usr/bin/python3", "-c", "pass"], "Py*"),
@@ -67,12 +70,12 @@ def calibrations(profile: dict) -> dict[str, float]:
 
 
 def run_profiled(build: Path, argv: list[str], trace: str | None, tmp: Path,
-                 calib: dict[str, list[float]] | None = None) -> float:
-    """run.cpu_s of `crossmod profile --policy none` on argv; its calibrations are appended
-    to `calib` (key -> values) when given."""
+                 calib: dict[str, list[float]] | None = None, policy: str = "none") -> float:
+    """run.cpu_s of `crossmod profile --policy POLICY` on argv; its calibrations are
+    appended to `calib` (key -> values) when given."""
     out = tmp / "out"
     shutil.rmtree(out, ignore_errors=True)
-    cmd = [str(build / "crossmod"), "profile", "--policy", "none", "--quiet", "--out", str(out)]
+    cmd = [str(build / "crossmod"), "profile", "--policy", policy, "--quiet", "--out", str(out)]
     if trace is not None:
         cmd += ["--trace", trace]
     r = subprocess.run(cmd + ["--"] + argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
@@ -95,7 +98,7 @@ def build_orders(builds: list[str], rounds: int) -> list[list[str]]:
 
 
 def measure(builds: list[Path], cases: list[str], rounds: int, split: bool,
-            calib: dict[str, dict[str, list[float]]] | None = None) -> dict:
+            calib: dict[str, dict[str, list[float]]] | None = None, policy: str = "none") -> dict:
     """samples[case][label] = CPU seconds per round; labels: plain, each build, and with
     --split each build's 'probes-only:BUILD'. calib[BUILD][key]: the runs' calibrations."""
     samples: dict[str, dict[str, list[float]]] = {c: {} for c in cases}
@@ -111,7 +114,7 @@ def measure(builds: list[Path], cases: list[str], rounds: int, split: bool,
                 for name in order:
                     b = Path(name)
                     samples[case].setdefault(name, []).append(
-                        run_profiled(b, argv, trace, tmp, calib.setdefault(name, {})))
+                        run_profiled(b, argv, trace, tmp, calib.setdefault(name, {}), policy))
                     if split and trace is None:
                         env = dict(os.environ, LD_PRELOAD=str(b / "probes" / "libcrossmod_probes.so"))
                         samples[case].setdefault("probes-only:" + name, []).append(run_plain(argv, env))
@@ -154,12 +157,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--runs", type=int, default=10, help="rounds (default 10)")
     ap.add_argument("--cases", default=",".join(CASES), help="comma-separated: " + ",".join(CASES))
     ap.add_argument("--split", action="store_true", help="also the probes library alone (cases without --trace)")
+    ap.add_argument("--policy", default="none", help="the profiled runs' --policy (default none)")
     ap.add_argument("--json", help="write the samples here")
     a = ap.parse_args(argv)
     cases = [c for c in a.cases.split(",") if c]
     bad = [c for c in cases if c not in CASES]
     if bad or not cases:
         print(f"startup_cost: unknown case {','.join(bad) or '(none)'}; known: {','.join(CASES)}", file=sys.stderr)
+        return 2
+    if a.policy not in POLICIES:
+        print(f"startup_cost: unknown --policy {a.policy}; known: {','.join(POLICIES)}", file=sys.stderr)
         return 2
     if a.runs < 1:
         print("startup_cost: --runs must be at least 1", file=sys.stderr)
@@ -174,7 +181,7 @@ def main(argv: list[str] | None = None) -> int:
             return 2
     calib: dict[str, dict[str, list[float]]] = {}
     try:
-        samples = measure([Path(b) for b in a.builds], cases, a.runs, a.split, calib)
+        samples = measure([Path(b) for b in a.builds], cases, a.runs, a.split, calib, a.policy)
     except RuntimeError as e:
         print(f"startup_cost: {e}", file=sys.stderr)
         return 1

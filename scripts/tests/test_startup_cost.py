@@ -20,7 +20,7 @@ args = sys.argv[1:]
 assert args[0] == "profile", args
 sep = args.index("--")
 opts, prog = args[1:sep], args[sep + 1:]
-assert opts[opts.index("--policy") + 1] == "none"
+assert opts[opts.index("--policy") + 1] == os.environ.get("FAKE_POLICY", "none")
 out = opts[opts.index("--out") + 1]
 here = os.path.dirname(os.path.abspath(__file__))
 trace = opts[opts.index("--trace") + 1] if "--trace" in opts else "-"
@@ -112,8 +112,19 @@ def test_usage_errors(env, capsys):
     assert m.main(["--cases", "nope", str(a)]) == 2
     assert m.main(["--runs", "0", str(a)]) == 2
     assert m.main([str(tmp / "missing")]) == 2
+    assert m.main(["--policy", "sometimes", str(a)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 3 and all(l.startswith("startup_cost: ") for l in err)
+    assert len(err) == 4 and all(l.startswith("startup_cost: ") for l in err)
+
+
+def test_policy_reaches_the_profiled_runs(env, monkeypatch, capsys):
+    tmp, log = env
+    m = load()
+    a = fake_build(tmp, "A", 0.5)
+    monkeypatch.setenv("FAKE_POLICY", "paper")  # the fake asserts the --policy it gets
+    assert m.main(["--runs", "1", "--cases", "python3-trace", "--policy", "paper", str(a)]) == 0
+    assert log.read_text().split("\n")[:-1] == ["A Py*"]
+    assert f"| python3-trace | {a} | 0.6000 |" in capsys.readouterr().out
 
 
 def test_failed_run_exits_1(env, capsys):
