@@ -29,6 +29,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
+#include <new>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -132,6 +133,8 @@ std::int64_t g_calib_signed = 0;
 // held back here (slot, probe id) until every patchable function is known: see tail_calls.
 bool g_defer_exits = false;
 std::vector<std::pair<std::uint32_t, cp::ProbeId>>* g_pending_exits = nullptr;
+// (slot, probe) of tracepoints found on during the start-up attach; null outside it.
+std::vector<std::pair<std::uint32_t, cp::ProbeId>>* g_pending_tps = nullptr;
 
 // The sampled calls a thread has in flight: on_entry pushes one, on_exit finds it by the
 // entry TSC the probes layer hands back (unique per thread). Frames above the match are
@@ -662,9 +665,19 @@ void on_found_impl(const cp::ProbeInfo& p) {
     return;
   }
   // A function found on: its probes go on now (a cyg probe is already on; this gives it
-  // our probe function).
+  // our probe function). A tracepoint found by the start-up attach goes on after it, with
+  // the others (activate_pending_tracepoints).
+  const bool later = g_pending_tps != nullptr && p.provider == cp::Provider::tracepoint && !p.active;
+  if (later) {
+    try {
+      g_pending_tps->emplace_back(slot, p.id);
+    } catch (...) {
+      toggle_unlock(f);  // not switched on: on_found's caller sees the probe off
+      return;
+    }
+  }
   const std::uint64_t t0 = rdtsc();
-  check(cp::activate(p.id, p.kind == cp::Kind::entry ? on_entry : on_exit));
+  if (!later) check(cp::activate(p.id, p.kind == cp::Kind::entry ? on_entry : on_exit));
   const std::uint64_t t1 = rdtsc();
   // Found on at start-up (patchable scan) or on its first call (cyg, on since the start):
   // either way the window opens at the segment's start, so `full` estimates = observed.
@@ -678,12 +691,50 @@ void on_found_impl(const cp::ProbeInfo& p) {
       A(f.win_instr0).store(0, std::memory_order_relaxed);
     }
   }
-  if (!p.active) {
+  if (!p.active && !later) {
     add(f.toggles, 1);
     add(g_hdr->toggles, 1);
     add(g_hdr->toggle_ticks, t1 - t0);
   }
   toggle_unlock(f);
+}
+
+// The tracepoints the start-up attach found on, switched on together: their jumps go in
+// as one batch (probes::install_many: the waits a jump across a cache line needs, twice
+// for the whole batch instead of twice per such function), then each probe's toggle, exit
+// probes first. Runs in the constructor, before the daemon and the program's threads.
+void activate_pending_tracepoints() {
+  std::vector<std::pair<std::uint32_t, cp::ProbeId>> todo;
+  todo.swap(*g_pending_tps);
+  delete g_pending_tps;
+  g_pending_tps = nullptr;
+  if (todo.empty()) return;
+  std::vector<cp::ProbeId> ids;
+  try {
+    ids.reserve(todo.size());
+    for (const auto& [slot, id] : todo) ids.push_back(id);
+  } catch (...) {
+    ids.clear();  // each activate installs its own jump
+  }
+  const std::uint64_t t0 = rdtsc();
+  if (!ids.empty()) check(cp::install_many(ids.data(), ids.size()));
+  std::uint64_t n = 0;
+  for (const bool exits : {true, false}) {
+    for (const auto& [slot, id] : todo) {
+      FuncRecord& f = g_funcs[slot];
+      const bool is_exit = A(f.exit_probe).load(std::memory_order_relaxed) == id;
+      if (is_exit != exits) continue;
+      while (!try_toggle_lock(f)) sched_yield();
+      if (A(f.state).load(std::memory_order_acquire) == static_cast<std::uint64_t>(FnState::on)) {
+        check(cp::activate(id, is_exit ? on_exit : on_entry));
+        add(f.toggles, 1);
+        ++n;
+      }
+      toggle_unlock(f);
+    }
+  }
+  add(g_hdr->toggles, n);
+  add(g_hdr->toggle_ticks, rdtsc() - t0);
 }
 
 // Fixed cost of an active probe hit: calls of the calibration target with its probes off
@@ -1517,7 +1568,9 @@ __attribute__((constructor(200))) void profile_init() {
     const bool traps = env_set("CROSSMOD_PROFILE_TRACE_TRAPS");
     attach_calib_tracepoint();
     cp::set_tracepoint_trap_fallback(traps);
+    g_pending_tps = new (std::nothrow) std::vector<std::pair<std::uint32_t, cp::ProbeId>>();
     const cp::Status s = cp::attach_tracepoints(g_cfg.trace, g_cfg.trace_object, &made, &refused);
+    if (g_pending_tps != nullptr) activate_pending_tracepoints();
     if (g_defer_exits) {
       g_defer_exits = false;
       resolve_pending_exits();
