@@ -1193,9 +1193,6 @@ void* daemon_main(void*) {
     if (rotate >= nf) rotate = 0;
     std::uint64_t resume = rotate;
     bool spent = false;
-    // The threads' accounted probe time for the call-rate windows the walk cuts: one pass
-    // over the threads serves the next 2,000 ticks (a snapshot older than the cut counts
-    // probe time from before it into the next window).
     // The walk's clock. rdtsc costs ~25 cycles in this KVM guest (10 ns), and the walk read
     // it four times per function (python3 'Py*': 918 functions every wake; the readings were
     // a third of the walk's samples in `perf annotate`). One reading now serves 16
@@ -1211,6 +1208,9 @@ void* daemon_main(void*) {
       }
       return clock;
     };
+    // The threads' accounted probe time for the call-rate windows the walk cuts: one pass
+    // over the threads serves the next 2,000 ticks (a snapshot older than the cut counts
+    // probe time from before it into the next window).
     std::uint64_t walk_instr = 0, walk_instr_tsc = 0;
     const auto fresh_instr = [&](std::uint64_t now) noexcept {
       if (now - walk_instr_tsc > 2000 || walk_instr_tsc == 0) {
