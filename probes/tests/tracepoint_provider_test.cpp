@@ -417,6 +417,41 @@ TEST(TracepointProvider, TrapModeAndJumpOnlyRefusal) {
   ASSERT_EQ(cp::deactivate(entry), cp::Status::ok);
 }
 
+// A function too short for the jump gets it over the alignment fill after it, through
+// the provider as through the tracepoint layer: jump-only, both probes, every call seen.
+TEST(TracepointProvider, ShortFunctionJumpsOverItsPadding) {
+  const std::string exe = self_exe();
+  std::size_t made = 0, refused = 0;
+  cp::set_tracepoint_trap_fallback(false);
+  ASSERT_EQ(cp::attach_tracepoints("tpx_padded", exe.c_str(), &made, &refused), cp::Status::ok);
+  EXPECT_EQ(made, 2u);
+  EXPECT_EQ(refused, 0u);
+  cp::ProbeId entry = cp::kNoProbe, exit = cp::kNoProbe;
+  for (cp::ProbeId id = 0; id < cp::count(); ++id) {
+    cp::ProbeInfo pi;
+    ASSERT_EQ(cp::info(id, &pi), cp::Status::ok);
+    if (std::strcmp(pi.name, "tpx_padded") != 0) continue;
+    (pi.kind == cp::Kind::entry ? entry : exit) = id;
+    if (id < kIds) g_is_exit[id] = pi.kind == cp::Kind::exit;
+  }
+  ASSERT_NE(entry, cp::kNoProbe);
+  ASSERT_NE(exit, cp::kNoProbe);
+  EXPECT_FALSE(cp::tracepoint_trap_mode(entry));
+  ASSERT_EQ(cp::activate(exit, count_fn), cp::Status::ok);
+  ASSERT_EQ(cp::activate(entry, count_fn), cp::Status::ok);
+  const std::uint8_t b0 = *reinterpret_cast<const volatile std::uint8_t*>(&tpx_padded);
+  EXPECT_TRUE(b0 == 0xE9 || b0 == 0x2E) << int{b0};  // the jump (maybe prefixed), no int3
+  const std::uint64_t e0 = calls(entry), x0 = calls(exit);
+  for (std::uint64_t x = 0; x < 200; ++x) ASSERT_EQ(tpx_padded(x), x + 1);
+  EXPECT_EQ(calls(entry) - e0, 200u);
+  EXPECT_EQ(calls(exit) - x0, 200u);
+  ASSERT_EQ(cp::deactivate(entry), cp::Status::ok);
+  ASSERT_EQ(cp::deactivate(exit), cp::Status::ok);
+  for (std::uint64_t x = 0; x < 10; ++x) ASSERT_EQ(tpx_padded(x), x + 1);
+  EXPECT_EQ(calls(entry) - e0, 200u);
+  EXPECT_EQ(tpx_short_next(1), 3u);
+}
+
 }  // namespace
 
 // retract_many / install_many: an off site gets its original bytes back (retract), only

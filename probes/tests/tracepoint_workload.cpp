@@ -48,7 +48,9 @@ __attribute__((noinline, noipa)) std::uint64_t tpw_fake_setjmp(std::uint64_t x) 
 // tpw_ipa_caller(x) = 2x calls tpw_leaf(x) = x + 1 the way GCC's -fipa-ra and
 // -fipa-stack-alignment allow for a known leaf: r8 and xmm2 are kept across the call and
 // the stack is NOT 16-byte aligned at it.
-// tpx_short(x) = x + 1 is 4 bytes: too short for the jump.
+// tpx_short(x) = x + 1 is 4 bytes, and tpx_short_next starts right after it (no padding
+// between them): too short for the jump. tpx_padded(x) = x + 1 is the same 4 bytes with
+// the alignment fill after it (the assembler's NOPs): the jump covers the fill.
 asm(R"(
         .text
         .globl  tpw_tail_a
@@ -97,4 +99,20 @@ tpx_short:
         leal    1(%rdi), %eax
         ret
         .size   tpx_short, .-tpx_short
+
+        .globl  tpx_short_next
+        .type   tpx_short_next, @function
+tpx_short_next:
+        leal    2(%rdi), %eax
+        ret
+        .size   tpx_short_next, .-tpx_short_next
+
+        .globl  tpx_padded
+        .type   tpx_padded, @function
+        .p2align 4
+tpx_padded:
+        leal    1(%rdi), %eax
+        ret
+        .size   tpx_padded, .-tpx_padded
+        .p2align 4
 )");

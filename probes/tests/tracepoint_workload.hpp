@@ -12,5 +12,7 @@ std::uint64_t tpw_tail_a(std::uint64_t x);        // 2 (x + 1), tail-calls tpw_t
 std::uint64_t tpw_tail_b(std::uint64_t x);        // 2x
 std::uint64_t tpw_leaf(std::uint64_t x);          // x + 1
 std::uint64_t tpw_ipa_caller(std::uint64_t x);    // 2x; r8, xmm2 live across tpw_leaf, rsp unaligned
-std::uint64_t tpx_short(std::uint64_t x);         // x + 1 (4 bytes)
+std::uint64_t tpx_short(std::uint64_t x);         // x + 1 (4 bytes, code right after it)
+std::uint64_t tpx_short_next(std::uint64_t x);    // x + 2
+std::uint64_t tpx_padded(std::uint64_t x);        // x + 1 (4 bytes, then alignment NOPs)
 }

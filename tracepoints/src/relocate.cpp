@@ -8,6 +8,7 @@
 
 #include <Zydis/Zydis.h>
 
+#include <algorithm>
 #include <cstring>
 
 #include "crossmod/tracepoint.hpp"
@@ -178,16 +179,20 @@ Status analyze(const std::uint8_t* code, std::size_t size, std::uintptr_t addr,
 namespace detail {
 
 Status analyze_head(const std::uint8_t* code, std::size_t size, std::uintptr_t,
-                    Analysis* out, unsigned prefix) noexcept {
+                    Analysis* out, unsigned prefix, std::size_t room) noexcept {
   *out = Analysis{};
   if (prefix > kMaxPrefix) return Status::bad_state;
   const std::size_t jump_len = kJumpLen + prefix;
-  if (code == nullptr || size < jump_len) return Status::too_short;
+  room = std::max(room, size);
+  if (code == nullptr || room < jump_len) return Status::too_short;
   const ZydisDecoder dec = make_decoder();
   Decoded d;
   std::size_t off = 0;
   out->prefix_len = static_cast<std::uint8_t>(prefix);
   while (off < jump_len) {
+    // The function's last instruction ended its flow here, and the padding after it holds
+    // the rest of the jump (checked below): no instruction starts in it, so no boundary.
+    if (off >= size) break;
     // A boundary on a prefix or the opcode: this jump length cannot work. (Checked before
     // decoding, so count stays <= 5: offset 0 and at most one per rel32 byte.)
     if (off > 0 && off <= prefix) return Status::no_trampoline_space;
@@ -202,17 +207,36 @@ Status analyze_head(const std::uint8_t* code, std::size_t size, std::uintptr_t,
     ++out->count;
     if (off > 0) out->boundary_mask = static_cast<std::uint8_t>(out->boundary_mask | (1u << off));
     off += d.ins.length;
-    if (off < jump_len && ends_flow(d)) return Status::too_short;
+    // The flow ends before the jump does: too short, unless this is the function's last
+    // instruction and the padding after it is room enough (then the loop stops above).
+    if (off < jump_len && ends_flow(d) && !(off == size && room >= jump_len)) return Status::too_short;
+    // Room past the function's end is only for after a flow-ending last instruction.
+    if (off >= size && off < jump_len && !ends_flow(d)) return Status::too_short;
   }
   static_assert(sizeof(Analysis::offset) == 5 && kJumpLen + kMaxPrefix <= 8);
-  out->replaced_len = static_cast<std::uint8_t>(off);
+  out->replaced_len = static_cast<std::uint8_t>(std::max(off, jump_len));
   return Status::ok;
 }
 
+std::size_t room_after(const std::uint8_t* code, std::uintptr_t addr, std::size_t size) noexcept {
+  if (code == nullptr || size == 0) return size;
+  const std::uintptr_t end = addr + size;
+  const std::size_t gap = static_cast<std::size_t>(((end + 15) & ~std::uintptr_t{15}) - end);
+  const ZydisDecoder dec = make_decoder();
+  Decoded d;
+  std::size_t pad = 0;
+  while (pad < gap) {
+    if (!decode(dec, code + size + pad, gap - pad, &d)) break;
+    if (d.ins.mnemonic != ZYDIS_MNEMONIC_NOP && d.ins.mnemonic != ZYDIS_MNEMONIC_INT3) break;
+    pad += d.ins.length;
+  }
+  return size + pad;
+}
+
 Status choose_head(const std::uint8_t* code, std::size_t size, std::uintptr_t addr,
-                   Analysis* out, bool* entry_ok) noexcept {
+                   Analysis* out, bool* entry_ok, std::size_t room) noexcept {
   *entry_ok = false;
-  if (const Status s = analyze_head(code, size, addr, out, 0); s != Status::ok) return s;
+  if (const Status s = analyze_head(code, size, addr, out, 0, room); s != Status::ok) return s;
   if (entry_possible_prefixed(addr, out->boundary_mask, 0)) {
     *entry_ok = true;
     return Status::ok;
@@ -221,7 +245,7 @@ Status choose_head(const std::uint8_t* code, std::size_t size, std::uintptr_t ad
   // instructions may be too short, unsupported or on the prefixes (then skip that prefix).
   Analysis longer;
   for (unsigned p = 1; p <= kMaxPrefix; ++p) {
-    if (analyze_head(code, size, addr, &longer, p) != Status::ok) continue;
+    if (analyze_head(code, size, addr, &longer, p, room) != Status::ok) continue;
     if (entry_possible_prefixed(addr, longer.boundary_mask, p)) {
       *out = longer;
       *entry_ok = true;

@@ -19,9 +19,22 @@ inline constexpr std::size_t kMaxCopyLen = 32;
 // `prefix` (0..kMaxPrefix) is the number of 0x2E before the jmp opcode: the head then
 // covers >= 5 + prefix bytes and refuses (no_trampoline_space: this prefix cannot shift
 // the rel32) a boundary at offsets 1..prefix, where the prefixes and opcode go.
+// `room` (>= size; 0: size) is how many bytes from addr the jump may cover: size plus the
+// alignment padding after the function (room_after). The head may then end with the
+// function's last instruction, if that ends the flow (ret, jmp, ...), and the rest of the
+// jump lie on the padding, which no thread runs: a function too short for the jump
+// (`lea eax, [rdi+1]; ret`) gets one when the padding makes up the difference.
 inline constexpr unsigned kMaxPrefix = 3;
 Status analyze_head(const std::uint8_t* code, std::size_t size, std::uintptr_t addr,
-                    Analysis* out, unsigned prefix = 0) noexcept;
+                    Analysis* out, unsigned prefix = 0, std::size_t room = 0) noexcept;
+
+// size plus the alignment padding after the function at addr: the bytes from addr + size
+// up to the next 16-byte boundary (the same page: never unmapped) that decode as NOPs or
+// int3, whole instructions from addr + size on, stopping at the first that is not one.
+// Compilers align functions to 16 and fill the gap with NOPs (GCC, GNU as) or int3 (lld);
+// nothing branches there and no thread runs it: the previous function ends its flow. A
+// function that does not start on 16 gets less or none of it.
+std::size_t room_after(const std::uint8_t* code, std::uintptr_t addr, std::size_t size) noexcept;
 Status analyze_scan(const std::uint8_t* code, std::size_t size, std::uintptr_t addr,
                     Analysis* out) noexcept;
 
@@ -30,7 +43,7 @@ Status analyze_scan(const std::uint8_t* code, std::size_t size, std::uintptr_t a
 // is the prefix-0 result (the caller refuses no_trampoline_space or falls back to trap
 // mode, exactly as without prefixes). A refusal of the prefix-0 head is returned as is.
 Status choose_head(const std::uint8_t* code, std::size_t size, std::uintptr_t addr,
-                   Analysis* out, bool* entry_ok) noexcept;
+                   Analysis* out, bool* entry_ok, std::size_t room = 0) noexcept;
 
 // Whether a relative branch of the code at addr, decoded from offset `from` to size, may
 // land in [addr + lo, addr + hi] (the byte filter of analyze_scan, then decoding; a part

@@ -168,7 +168,10 @@ Status Tracepoint::prepare_impl(void* addr, std::size_t size, Handler handler,
   Analysis an;
   bool trap_mode = false;
   bool entry_ok = false;
-  Status as = detail::choose_head(code, size, a, &an, &entry_ok);
+  // The bytes the jump may cover: the function and the alignment padding after it (a
+  // function shorter than the jump whose last instruction ends its flow gets the jump).
+  const std::size_t room = detail::room_after(code, a, size);
+  Status as = detail::choose_head(code, size, a, &an, &entry_ok, room);
   if (as == Status::ok && !entry_ok) {
     // No address can hold the entry slot, for no prefix (choose_head), so reserve() below
     // would refuse the jump whatever the scan for branches into the range found: skip the
@@ -208,7 +211,7 @@ Status Tracepoint::prepare_impl(void* addr, std::size_t size, Handler handler,
   for (unsigned p = prefix + 1; rs == Status::no_trampoline_space && !trap_mode && p <= detail::kMaxPrefix; ++p) {
     Analysis alt;
     std::uint8_t alt_mask = 0;
-    if (detail::analyze_head(code, size, a, &alt, p) != Status::ok ||
+    if (detail::analyze_head(code, size, a, &alt, p, room) != Status::ok ||
         !detail::entry_possible_prefixed(a, alt.boundary_mask, p) ||
         detail::analyze_scan(code, size, a, &alt) != Status::ok ||
         !detail::prefixed_mask(alt.boundary_mask, p, &alt_mask))
@@ -290,7 +293,7 @@ Status Tracepoint::prepare_impl(void* addr, std::size_t size, Handler handler,
   // With prefixes: `2E`*prefix_len, then the jmp, whose rel32 counts from a + span.
   const std::size_t span = kJumpLen + prefix;
   static_assert(sizeof t.original_ >= kJumpLen + detail::kMaxPrefix);
-  const std::size_t keep = std::min<std::size_t>(sizeof t.original_, size);
+  const std::size_t keep = std::min<std::size_t>(sizeof t.original_, room);
   std::memcpy(t.original_, code, keep);
   if (trap_mode) {
     std::memcpy(t.jump_, t.original_, kJumpLen);

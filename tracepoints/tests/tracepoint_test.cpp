@@ -180,6 +180,67 @@ TEST(Tracepoint, TrapFallbackForShortFunction) {
   EXPECT_EQ(g_hits.load() - hits0, 1u);
 }
 
+// A function shorter than the jump whose last instruction ends its flow gets the jump
+// when the alignment padding after it makes up the difference (compilers fill it with
+// NOPs or int3 up to the next 16-byte boundary; nothing runs there). Its original bytes,
+// padding included, come back on removal. Without padding, or when the last instruction
+// does not end the flow, it stays too short.
+TEST(Tracepoint, ShortFunctionTakesTheJumpOverItsPadding) {
+  CodeBlock block;
+  ASSERT_EQ(CodeBlock::allocate(4096, nullptr, &block), crossmod::Status::ok);
+  std::memset(block.data(), x86::kInvalid64, block.size());
+  std::uint8_t* b = block.data();
+  // inc32(n) = (uint32)n + 1 (lea eax, [rdi+1]; ret), then NOPs to 16 (GCC's kind of
+  // fill: a 10-byte and a 2-byte NOP).
+  const std::uint8_t inc32[] = {0x8D, 0x47, 0x01, 0xC3, 0x66, 0x2E, 0x0F, 0x1F,
+                                0x84, 0x00, 0x00, 0x00, 0x00, 0x00, 0x66, 0x90};
+  std::uint8_t* f1 = b + 0x000;
+  std::memcpy(f1, inc32, sizeof inc32);
+  // `ret` alone, then int3 to 16 (lld's kind of fill).
+  std::uint8_t* f2 = b + 0x040;
+  f2[0] = 0xC3;
+  std::memset(f2 + 1, 0xCC, 15);
+  // lea then a NOP (no flow end) before the fill: too short.
+  std::uint8_t* f3 = b + 0x080;
+  const std::uint8_t no_end[] = {0x8D, 0x47, 0x01, 0x90};
+  std::memcpy(f3, no_end, sizeof no_end);
+  std::memset(f3 + 4, 0x90, 12);
+  // The short function of TestCode's kind: followed by bytes that are no padding.
+  std::uint8_t* f4 = b + 0x0C0;
+  std::memcpy(f4, inc32, 4);
+
+  for (std::uint8_t* f : {f1, f2}) {
+    const std::size_t size = f == f1 ? 4 : 1;
+    std::uint8_t before[16];
+    std::memcpy(before, f, sizeof before);
+    Tracepoint t;
+    ASSERT_EQ(Tracepoint::prepare(f, size, count_hit, nullptr, &t), Status::ok) << (f == f1 ? "nops" : "int3");
+    EXPECT_FALSE(t.trap_mode());
+    EXPECT_EQ(t.analysis().count, f == f1 ? 2 : 1);
+    EXPECT_EQ(t.analysis().boundary_mask, f == f1 ? 1u << 3 : 0u);  // the ret at 3; none in the fill
+    ASSERT_EQ(t.install(test_wait()), Status::ok);
+    expect_jump_bytes(t);
+    const std::uint64_t hits0 = g_hits.load();
+    using Fn1 = std::uint64_t (*)(std::uint64_t);
+    const auto fn = reinterpret_cast<Fn1>(f);
+    if (f == f1) {
+      EXPECT_EQ(fn(41), 42u);
+    } else {
+      (void)fn(0);
+    }
+    EXPECT_EQ(g_hits.load() - hits0, 1u);
+    ASSERT_EQ(t.remove(test_wait()), Status::ok);
+    EXPECT_EQ(std::memcmp(f, before, sizeof before), 0);
+    if (f == f1) {
+      EXPECT_EQ(fn(41), 42u);
+    }
+    EXPECT_EQ(g_hits.load() - hits0, 1u);
+  }
+  Tracepoint t3, t4;
+  EXPECT_EQ(Tracepoint::prepare(f3, 4, count_hit, nullptr, &t3), Status::too_short);
+  EXPECT_EQ(Tracepoint::prepare(f4, 4, count_hit, nullptr, &t4), Status::too_short);
+}
+
 // An SpHandler sees the traced function's return address at *sp (first instruction) and
 // can redirect it: the function then returns through `landing`, which sets eax = 777 and
 // jumps to the saved return address. Jump mode (sum) and trap mode (shortfn).

@@ -23,7 +23,8 @@ namespace crossmod::tp {
 
 enum class [[nodiscard]] Status : std::uint8_t{
     ok = 0,
-    too_short,                // the code ends (function size, ret, jmp, ud2, int3) before 5 bytes
+    too_short,                // the code ends (function size, ret, jmp, ud2, int3) before 5 bytes,
+                              // with no alignment fill after a flow-ending last instruction
     decode_error,             // Zydis cannot decode an instruction in the replaced range
     unsupported_instruction,  // in the replaced range: loop/jrcxz/xbegin, 16-bit branch, int3
     branch_into_range,        // a branch in the function's own code targets the replaced range
