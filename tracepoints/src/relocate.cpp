@@ -225,9 +225,18 @@ std::size_t room_after(const std::uint8_t* code, std::uintptr_t addr, std::size_
   const ZydisDecoder dec = make_decoder();
   Decoded d;
   std::size_t pad = 0;
+  bool one_byte_nop = false;
   while (pad < gap) {
     if (!decode(dec, code + size + pad, gap - pad, &d)) break;
     if (d.ins.mnemonic != ZYDIS_MNEMONIC_NOP && d.ins.mnemonic != ZYDIS_MNEMONIC_INT3) break;
+    // Two one-byte NOPs in a row are no assembler's fill (it writes one long NOP) but how
+    // -fpatchable-function-entry writes an entry: an unaligned function may start here.
+    const bool one = d.ins.length == 1 && code[size + pad] == 0x90;
+    if (one && one_byte_nop) {
+      --pad;
+      break;
+    }
+    one_byte_nop = one;
     pad += d.ins.length;
   }
   return size + pad;

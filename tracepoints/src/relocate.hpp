@@ -33,7 +33,9 @@ Status analyze_head(const std::uint8_t* code, std::size_t size, std::uintptr_t a
 // int3, whole instructions from addr + size on, stopping at the first that is not one.
 // Compilers align functions to 16 and fill the gap with NOPs (GCC, GNU as) or int3 (lld);
 // nothing branches there and no thread runs it: the previous function ends its flow. A
-// function that does not start on 16 gets less or none of it.
+// function that does not start on 16 gets less or none of it. A run of one-byte NOPs is
+// not taken: -fpatchable-function-entry writes those at the entry of a function that may
+// start inside the gap when functions are not aligned.
 std::size_t room_after(const std::uint8_t* code, std::uintptr_t addr, std::size_t size) noexcept;
 Status analyze_scan(const std::uint8_t* code, std::size_t size, std::uintptr_t addr,
                     Analysis* out) noexcept;

@@ -184,7 +184,8 @@ TEST(Tracepoint, TrapFallbackForShortFunction) {
 // when the alignment padding after it makes up the difference (compilers fill it with
 // NOPs or int3 up to the next 16-byte boundary; nothing runs there). Its original bytes,
 // padding included, come back on removal. Without padding, or when the last instruction
-// does not end the flow, it stays too short.
+// does not end the flow, or when one-byte NOPs follow (a patchable entry), it stays too
+// short.
 TEST(Tracepoint, ShortFunctionTakesTheJumpOverItsPadding) {
   CodeBlock block;
   ASSERT_EQ(CodeBlock::allocate(4096, nullptr, &block), crossmod::Status::ok);
@@ -204,7 +205,7 @@ TEST(Tracepoint, ShortFunctionTakesTheJumpOverItsPadding) {
   std::uint8_t* f3 = b + 0x080;
   const std::uint8_t no_end[] = {0x8D, 0x47, 0x01, 0x90};
   std::memcpy(f3, no_end, sizeof no_end);
-  std::memset(f3 + 4, 0x90, 12);
+  std::memcpy(f3 + 4, inc32 + 4, 12);  // the same fill as inc32's
   // The short function of TestCode's kind: followed by bytes that are no padding.
   std::uint8_t* f4 = b + 0x0C0;
   std::memcpy(f4, inc32, 4);
@@ -236,9 +237,15 @@ TEST(Tracepoint, ShortFunctionTakesTheJumpOverItsPadding) {
     }
     EXPECT_EQ(g_hits.load() - hits0, 1u);
   }
-  Tracepoint t3, t4;
+  // Followed by one-byte NOPs: what -fpatchable-function-entry puts at the entry of an
+  // unaligned next function, not fill.
+  std::uint8_t* f5 = b + 0x100;
+  std::memcpy(f5, inc32, 4);
+  std::memset(f5 + 4, 0x90, 12);
+  Tracepoint t3, t4, t5;
   EXPECT_EQ(Tracepoint::prepare(f3, 4, count_hit, nullptr, &t3), Status::too_short);
   EXPECT_EQ(Tracepoint::prepare(f4, 4, count_hit, nullptr, &t4), Status::too_short);
+  EXPECT_EQ(Tracepoint::prepare(f5, 4, count_hit, nullptr, &t5), Status::too_short);
 }
 
 // An SpHandler sees the traced function's return address at *sp (first instruction) and
