@@ -58,12 +58,8 @@ std::string self_exe() {
   return n > 0 ? std::string(buf, static_cast<std::size_t>(n)) : std::string();
 }
 
-// Attaches "tpw_*" in this executable (idempotent) and returns the probes of `name`.
-Ids attach_and_find(const char* name) {
-  static const std::string exe = self_exe();
-  std::size_t made = 0, refused = 0;
-  EXPECT_EQ(cp::attach_tracepoints("tpw_*", exe.c_str(), &made, &refused), cp::Status::ok);
-  EXPECT_EQ(refused, 0u);
+// The tracepoint probes of the function called `name` (kNoProbe where there is none).
+Ids find_ids(const char* name) {
   Ids ids;
   for (cp::ProbeId id = 0; id < cp::count(); ++id) {
     cp::ProbeInfo pi;
@@ -73,6 +69,15 @@ Ids attach_and_find(const char* name) {
     (pi.kind == cp::Kind::entry ? ids.entry : ids.exit) = id;
   }
   return ids;
+}
+
+// Attaches "tpw_*" in this executable (idempotent) and returns the probes of `name`.
+Ids attach_and_find(const char* name) {
+  static const std::string exe = self_exe();
+  std::size_t made = 0, refused = 0;
+  EXPECT_EQ(cp::attach_tracepoints("tpw_*", exe.c_str(), &made, &refused), cp::Status::ok);
+  EXPECT_EQ(refused, 0u);
+  return find_ids(name);
 }
 
 std::uint64_t calls(cp::ProbeId id) { return g_calls[id].load(); }
@@ -426,14 +431,7 @@ TEST(TracepointProvider, ShortFunctionJumpsOverItsPadding) {
   ASSERT_EQ(cp::attach_tracepoints("tpx_padded", exe.c_str(), &made, &refused), cp::Status::ok);
   EXPECT_EQ(made, 2u);
   EXPECT_EQ(refused, 0u);
-  cp::ProbeId entry = cp::kNoProbe, exit = cp::kNoProbe;
-  for (cp::ProbeId id = 0; id < cp::count(); ++id) {
-    cp::ProbeInfo pi;
-    ASSERT_EQ(cp::info(id, &pi), cp::Status::ok);
-    if (std::strcmp(pi.name, "tpx_padded") != 0) continue;
-    (pi.kind == cp::Kind::entry ? entry : exit) = id;
-    if (id < kIds) g_is_exit[id] = pi.kind == cp::Kind::exit;
-  }
+  const auto [entry, exit] = find_ids("tpx_padded");
   ASSERT_NE(entry, cp::kNoProbe);
   ASSERT_NE(exit, cp::kNoProbe);
   EXPECT_FALSE(cp::tracepoint_trap_mode(entry));
