@@ -479,6 +479,9 @@ TEST(TracepointProvider, RetractRestoresTheCodeAndActivationReinstalls) {
         made.fetch_add(1, std::memory_order_relaxed);
       }
     });
+  // The rounds take a few milliseconds: on a loaded machine (ctest -j2 on two CPUs) the
+  // callers might not have run yet by their end. Calls are under way before they start.
+  while (made.load(std::memory_order_relaxed) < 4) std::this_thread::yield();
   std::size_t removed = 9;
   for (int round = 0; round < 20; ++round) {
     ASSERT_EQ(cp::activate_many(both, 2, count_fn), cp::Status::ok);
