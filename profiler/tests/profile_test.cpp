@@ -581,6 +581,19 @@ TEST(ProfileTrace, ObjectsLoadedLaterAreTraced) {
   EXPECT_EQ(function(jn, "dlt_work"), nullptr);
 }
 
+// An object dlmopen put in a namespace of its own is not traced: dl_iterate_phdr, which
+// every scan uses, lists the caller's namespace only (glibc). The program runs as without
+// the profiler, its dlclose unmaps the object (nothing of ours pinned it), and the report
+// names none of its functions.
+TEST(ProfileTrace, ObjectsInAnotherNamespaceAreLeftAlone) {
+  const std::string args = std::string(PROF_DLMOPEN) + " " + PROF_DL_TARGET + " 2000";
+  const Outcome r = crossmod("dlmopen-full", "--quiet --policy full --trace 'dlt_*' -- " + args);
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(r.out, "dlt_work 2000\nunmapped\n");
+  const json j = report(r);
+  EXPECT_EQ(function(j, "dlt_work"), nullptr) << j["notes"].dump();
+}
+
 // A function of a non-PIE program whose jump at its entry has no place (a boundary at 1
 // and one at 4: see pushes_prog.cpp) is traced after its `push`, entry and exit probes,
 // exact under full (refused before: absent from the report), and sampled under paper.
