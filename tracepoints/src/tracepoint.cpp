@@ -170,7 +170,9 @@ Status Tracepoint::prepare_impl(void* addr, std::size_t size, Handler handler,
   bool entry_ok = false;
   // The bytes the jump may cover: the function and the alignment padding after it (a
   // function shorter than the jump whose last instruction ends its flow gets the jump).
-  const std::size_t room = detail::room_after(code, a, size);
+  // Only a function shorter than the longest jump can need the padding: the others skip
+  // its decoding (every function of a --trace pattern comes through here at start-up).
+  const std::size_t room = size < kJumpLen + detail::kMaxPrefix ? detail::room_after(code, a, size) : size;
   Status as = detail::choose_head(code, size, a, &an, &entry_ok, room);
   if (as == Status::ok && !entry_ok) {
     // No address can hold the entry slot, for no prefix (choose_head), so reserve() below
