@@ -25,6 +25,7 @@
 #include <atomic>
 #include <cerrno>
 #include <cmath>
+#include <cstdarg>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -1535,6 +1536,7 @@ void attach_late_objects() noexcept {
 // The real _Fork, for the runtime's _Fork (below): looked up here, so that the wrapper
 // stays async-signal-safe like the function it wraps.
 using ForkFn = pid_t (*)();
+using CloneFn = int (*)(int (*)(void*), void*, int, void*, ...);
 ForkFn g_real_fork = nullptr;
 
 __attribute__((constructor(200))) void profile_init() {
@@ -1637,6 +1639,26 @@ pid_t fork_without_handlers() noexcept {
   return pid;
 }
 
+// clone without CLONE_VM: the child gets a copy of the address space, as from fork, but no
+// atfork handler runs; it forgets the parent's perf pages before the program's function.
+struct CloneCall {
+  int (*fn)(void*);
+  void* arg;
+};
+int clone_child(void* p) {
+  const CloneCall c = *static_cast<const CloneCall*>(p);  // the child's copy of the caller's frame
+  forget_switch_pages_in_child();
+  return c.fn(c.arg);
+}
+int clone_copy(CloneFn real, int (*fn)(void*), void* stack, int flags, void* arg, pid_t* ptid, void* tls,
+               pid_t* ctid) noexcept {
+  CloneCall c{fn, arg};
+  forking_prepare();
+  const int pid = real(clone_child, stack, flags, &c, ptid, tls, ctid);
+  forking_parent();  // the child runs clone_child on its own copy, never this
+  return pid;
+}
+
 }  // namespace crossmod::profile
 
 // The program's dlopen (this library is preloaded, so its definition comes first): the
@@ -1658,4 +1680,32 @@ extern "C" __attribute__((visibility("default"))) void* dlopen(const char* file,
 // fork calls _Fork inside libc, not through this symbol.
 extern "C" __attribute__((visibility("default"))) pid_t _Fork() noexcept {
   return crossmod::profile::fork_without_handlers();
+}
+
+// A program's own clone (glibc's wrapper; a raw clone system call is not seen). With
+// CLONE_VM the child shares the memory, perf pages included, and is passed on untouched;
+// without it the child is a copy, like fork's, and the kernel did not copy the perf pages:
+// its first sample died of SIGSEGV (ProfileFork.CloneWithoutSharedMemoryKeepsTheChildAlive).
+extern "C" __attribute__((visibility("default"))) int clone(int (*fn)(void*), void* stack, int flags, void* arg,
+                                                            ...) noexcept {
+  static const crossmod::profile::CloneFn real =
+      reinterpret_cast<crossmod::profile::CloneFn>(dlsym(RTLD_NEXT, "clone"));
+  if (real == nullptr) {
+    errno = ENOSYS;
+    return -1;
+  }
+  pid_t* ptid = nullptr;
+  void* tls = nullptr;
+  pid_t* ctid = nullptr;
+  // The optional arguments are read only when a flag says they were passed.
+  if ((flags & (CLONE_PARENT_SETTID | CLONE_SETTLS | CLONE_CHILD_SETTID | CLONE_CHILD_CLEARTID | CLONE_PIDFD)) != 0) {
+    va_list ap;
+    va_start(ap, arg);
+    ptid = va_arg(ap, pid_t*);
+    tls = va_arg(ap, void*);
+    ctid = va_arg(ap, pid_t*);
+    va_end(ap);
+  }
+  if ((flags & CLONE_VM) != 0) return real(fn, stack, flags, arg, ptid, tls, ctid);
+  return crossmod::profile::clone_copy(real, fn, stack, flags, arg, ptid, tls, ctid);
 }

@@ -1,7 +1,7 @@
 // A small multi-threaded program for the profiler's tests, built with
 // -finstrument-functions (prof_mt_cyg) and -fpatchable-function-entry=5 (prof_mt_pfe), and
 // without either (prof_mt_plain, for --trace).
-//   prof_mt_X THREADS CALLS [exit|_exit|signal|exec|fork|_Fork]
+//   prof_mt_X THREADS CALLS [exit|_exit|signal|exec|fork|_Fork|clone]
 // Main calls leaf_a() and leaf_b() once, then each thread calls leaf_a() CALLS times and
 // leaf_b() CALLS/4 times; the program prints the
 // true counts on stdout ("leaf_a N", "leaf_b M") and ends the way it was told: exit(0),
@@ -9,7 +9,10 @@
 // calls; the counts it prints are the totals over both images), or fork: the child repeats
 // the work and exits, the parent waits for it and prints the totals of both processes (exit
 // 1 if the child did not exit 0), or _Fork: the same through glibc's _Fork (no atfork
-// handlers run), the child doing the threads' work one after another on its only thread.
+// handlers run), the child doing the threads' work one after another on its only thread,
+// or clone: the same through glibc's clone without CLONE_VM (a copy of the address space,
+// like fork, but no atfork handlers; the child runs on a stack of its own and returns).
+#include <sched.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -43,6 +46,14 @@ NOIPA void worker(unsigned calls) {
   }
   g_sink = acc;
 }
+struct CloneWork {
+  unsigned threads, calls;
+};
+int clone_child(void* p) {
+  const auto* w = static_cast<const CloneWork*>(p);
+  for (unsigned t = 0; t < w->threads; ++t) worker(w->calls);
+  return 0;
+}
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -59,9 +70,17 @@ int main(int argc, char** argv) {
   for (auto& t : ts) t.join();
   unsigned images = prior + 1;
   unsigned warmups = prior + 1;  // one warm-up call per image
-  if (how == "fork" || how == "_Fork") {
+  if (how == "fork" || how == "_Fork" || how == "clone") {
     std::fflush(stdout);
-    const pid_t pid = how == "fork" ? fork() : _Fork();
+    CloneWork work{threads, calls};
+    std::vector<char> stack(how == "clone" ? 1u << 20 : 0);
+    const pid_t pid = how == "fork"    ? fork()
+                      : how == "_Fork" ? _Fork()
+                                       : clone(clone_child, stack.data() + stack.size(), SIGCHLD, &work);
+    if (pid < 0) {
+      std::perror(how.c_str());
+      return 1;
+    }
     if (pid == 0 && how == "_Fork") {
       for (unsigned t = 0; t < threads; ++t) worker(calls);
       _exit(0);

@@ -337,6 +337,22 @@ TEST(ProfileFork, OwnForkWithoutHandlersKeepsTheChildAlive) {
   }
 }
 
+// The same through glibc's clone without CLONE_VM (a copy of the address space, no atfork
+// handler): the runtime's clone makes the child forget the perf pages before the program's
+// function runs (before it, the child died of SIGSEGV and prof_mt exited 1).
+TEST(ProfileFork, CloneWithoutSharedMemoryKeepsTheChildAlive) {
+  for (const char* prog : {PROF_MT_CYG, PROF_MT_PFE}) {
+    const Outcome r = crossmod("clone-copy", std::string("--quiet --policy full -- ") + prog + " 2 1000000 clone");
+    ASSERT_EQ(r.status, 0) << prog << " " << r.err;
+    const auto t = truth(r.out);
+    const json j = report(r);
+    const json* f = function(j, kLeafA);
+    ASSERT_NE(f, nullptr);
+    EXPECT_EQ((*f)["calls_observed"].get<unsigned long>(), t.at("leaf_a")) << prog;
+    EXPECT_EQ(j["run"]["switch_detection"], "perf");
+  }
+}
+
 // Compensation: every inner() hit inside a sampled outer() call is accounted as
 // instrumentation time (at least its calibrated fixed cost plus one tick of the probe
 // function's own rdtsc pair), and taken off outer's duration: per call, raw - compensated
