@@ -208,11 +208,15 @@ ProfileData read_segments(const std::string& raw_dir, const RunInfo& run) {
         s.object = object;
         s.provider = provider_name(f.provider);
         s.address = f.function;
-        s.exit_probe = (f.flags & kFuncNoExit) == 0;
+        s.exit_probe = false;
         s.hist.assign(kHistBuckets, 0);
         d.functions.push_back(std::move(s));
       }
       FunctionStats& s = d.functions[it->second];
+      // An exit probe in any image: one was found (a tracepoint may have none: setjmp-like
+      // functions, a process hosting V8; a cyg function's exit hook is found when it first
+      // runs) and the opt-in tail-call guard did not keep it off.
+      s.exit_probe = s.exit_probe || ((f.flags & kFuncNoExit) == 0 && f.exit_probe != CROSSMOD_NO_PROBE);
       s.calls_observed += f.calls;
       s.samples += f.samples;
       s.raw_sum_ticks += f.raw_sum_ticks;
