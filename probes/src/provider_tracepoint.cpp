@@ -109,6 +109,15 @@ bool reads_return_address(const char* name) noexcept {
   return false;
 }
 
+// A process that hosts V8 (node, an embedding): V8 reads and rewrites the return
+// addresses of native frames (its stack walker looks the return address of a C++ runtime
+// function up in its code table; JIT code calls libc directly), so a return redirected to
+// the exit trampoline made node abort ("Check failed: maybe_code.has_value()", or the
+// trampoline found no frame: node 20, --trace '*'). No tracepoint gets an exit probe
+// there. Recognised by v8::Isolate::New(const CreateParams&), V8's public entry point,
+// in the global scope (the executable or a library loaded with it).
+bool hosts_v8() noexcept { return dlsym(RTLD_DEFAULT, "_ZN2v87Isolate3NewERKNS0_12CreateParamsE") != nullptr; }
+
 // Never traced: what the engine's SIGTRAP handler runs (errno is a call of
 // __errno_location; the kernel returns through __restore_rt) - a trap there, e.g. on an
 // int3 of a tracepoint being installed, would arrive with SIGTRAP blocked and kill the
@@ -230,6 +239,7 @@ const std::string& own_object() {
 Status attach_functions(const std::vector<tp::ElfFunction>& fns, std::size_t* new_probes,
                         std::size_t* refused) noexcept {
   const bool trap_fallback = g_trap_fallback.load(std::memory_order_relaxed);
+  const bool v8 = hosts_v8();
   std::vector<std::uint32_t> fresh;
   std::size_t n_refused = 0;
   Status first = Status::ok;
@@ -306,9 +316,10 @@ Status attach_functions(const std::vector<tp::ElfFunction>& fns, std::size_t* ne
         continue;
       }
       fresh.push_back(id);
-      if (reads_return_address(np.name)) {
-        g_tp->refusals.push_back(
-            {f.addr, np.name, np.object, "exit: return address not redirectable", true});
+      if (reads_return_address(np.name) || v8) {
+        g_tp->refusals.push_back({f.addr, np.name, np.object,
+                                  v8 ? "exit: V8 reads return addresses" : "exit: return address not redirectable",
+                                  true});
         continue;
       }
       const std::uint32_t x = register_exit_partner_locked(id, &rs);

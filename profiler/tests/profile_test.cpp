@@ -610,6 +610,44 @@ TEST(ProfileTrace, ObjectsInAnotherNamespaceAreLeftAlone) {
   EXPECT_EQ(function(j, "dlt_work"), nullptr) << j["notes"].dump();
 }
 
+// A program that embeds V8 (recognised by the name of V8's entry point): every tracepoint
+// has its entry probe only, so calls are counted and nothing is timed, and the note says
+// why. Without it the same program's leaf gets samples (the control).
+TEST(ProfileTrace, ProgramsHostingV8GetEntryProbesOnly) {
+  const Outcome r = crossmod("v8host", std::string("--quiet --policy full --trace 'v8h_*' -- ") + PROF_V8HOST + " 5000");
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(r.out, "v8h_leaf 5000\n");
+  const json j = report(r);
+  const json* f = function(j, "v8h_leaf");
+  ASSERT_NE(f, nullptr) << j["notes"].dump();
+  EXPECT_EQ((*f)["calls_observed"].get<unsigned long>(), 5000u);
+  EXPECT_EQ((*f)["samples"].get<unsigned long>(), 0u);
+  EXPECT_FALSE((*f)["exit_probe"].get<bool>());
+  bool noted = false;
+  for (const json& n : j["notes"])
+    noted = noted || n.get<std::string>().find("exit: V8 reads return addresses (") != std::string::npos;
+  EXPECT_TRUE(noted) << j["notes"].dump();
+  const Outcome c = crossmod("v8host-control", std::string("--quiet --policy full --trace 'v8h_*' -- ") + PROF_MT_PLAIN +
+                                                   " 1 1000");
+  ASSERT_EQ(c.status, 0) << c.err;
+  for (const json& n : report(c)["notes"])
+    EXPECT_EQ(n.get<std::string>().find("V8"), std::string::npos) << n.get<std::string>();
+}
+
+// Debian's node (V8), when installed: under --trace '*' it used to abort (V8 found the exit
+// trampoline's address where it looked for a return address). Now it runs and prints what
+// it prints alone.
+TEST(ProfileTrace, NodeRunsUnderTraceEverything) {
+  if (!std::filesystem::exists("/usr/bin/node")) GTEST_SKIP() << "/usr/bin/node is not installed";
+  const std::string script = "'let s = 0; for (let i = 0; i < 300000; i++) s += Math.sqrt(i); console.log(s.toFixed(2))'";
+  for (const char* policy : {"full", "budget"}) {
+    const Outcome r = crossmod(std::string("node-") + policy,
+                               std::string("--quiet --policy ") + policy + " --trace '*' -- /usr/bin/node -e " + script);
+    ASSERT_EQ(r.status, 0) << policy << " " << r.err;
+    EXPECT_EQ(r.out, "109544237.43\n") << policy;
+  }
+}
+
 // A function of a non-PIE program whose jump at its entry has no place (a boundary at 1
 // and one at 4: see pushes_prog.cpp) is traced after its `push`, entry and exit probes,
 // exact under full (refused before: absent from the report), and sampled under paper.
