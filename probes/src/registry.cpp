@@ -774,10 +774,15 @@ extern "C" __attribute__((visibility("hidden"))) void crossmod_probes_entry_disp
       const auto s = reinterpret_cast<std::uintptr_t>(slot);
       const auto partial = reinterpret_cast<std::uintptr_t>(crossmod_probes_exit_trampoline);
       const auto full = reinterpret_cast<std::uintptr_t>(crossmod_probes_exit_trampoline_full);
+      // Only records within kSameStackSpan below the slot: a record farther away is taken
+      // for a frame on another stack (a coroutine, swapcontext), still live (see
+      // kSameStackSpan), and it and the records under it stay.
       const bool chained = is_exit_trampoline(*slot);
-      while (ts.ret_depth > 0 && (ts.rets[ts.ret_depth - 1].slot < s ||
-                                  (!chained && ts.rets[ts.ret_depth - 1].slot == s)))
+      while (ts.ret_depth > 0) {
+        const std::uintptr_t top = ts.rets[ts.ret_depth - 1].slot;
+        if (top < s ? s - top > kSameStackSpan : (top != s || chained)) break;
         --ts.ret_depth;
+      }
       if (ts.ret_depth < kRetDepth) {
         ts.rets[ts.ret_depth++] = {s, *slot, tsc, x};
         *slot = p.provider == crossmod::probes::Provider::tracepoint ? full : partial;
@@ -796,16 +801,26 @@ extern "C" __attribute__((visibility("hidden"))) std::uintptr_t crossmod_probes_
   const std::uint64_t exit_tsc = crossmod::x86::rdtsc();
   ThreadState& ts = thread_state();
   const std::uintptr_t slot = entry_rsp - sizeof(std::uintptr_t);
-  // Frames below ours were skipped by longjmp; ours is the first at this slot.
-  while (ts.ret_depth > 0 && ts.rets[ts.ret_depth - 1].slot < slot) --ts.ret_depth;
-  if (ts.ret_depth == 0 || ts.rets[ts.ret_depth - 1].slot != slot) {
+  // Ours is the newest record of this slot. The records above it are frames that longjmp
+  // skipped on this stack (deeper, within kSameStackSpan: dropped) or frames of other stacks
+  // (kept: a coroutine that called into ours and switched back, its own calls still live).
+  unsigned k = ts.ret_depth;
+  while (k > 0 && ts.rets[k - 1].slot != slot) --k;
+  if (k == 0) {
     // No record of this return: the shadow stack was corrupted. Nothing safe to return
     // to; say so with write(2) (async-signal-safe) and abort.
     static const char msg[] = "crossmod probes: exit trampoline without a frame; aborting\n";
     (void)!::write(2, msg, sizeof msg - 1);
     std::abort();
   }
-  const RetFrame f = ts.rets[--ts.ret_depth];
+  const RetFrame f = ts.rets[k - 1];
+  unsigned kept = k - 1;
+  for (unsigned i = k; i < ts.ret_depth; ++i) {
+    const std::uintptr_t r = ts.rets[i].slot;
+    if (r < slot && slot - r <= kSameStackSpan) continue;
+    ts.rets[kept++] = ts.rets[i];
+  }
+  ts.ret_depth = kept;
   if (ts.in_hook == 0) {
     ts.in_hook = 1;
     Probe& x = probe(f.exit_id);

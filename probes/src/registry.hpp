@@ -151,6 +151,13 @@ struct RetFrame {
   std::uint32_t exit_id;
 };
 inline constexpr unsigned kRetDepth = 128;
+// Two return-address slots at most this far apart are taken to lie on one stack: a record
+// deeper than a new or returning frame by at most this much belongs to a frame longjmp
+// skipped, and is dropped; one farther away to a frame on another stack (a coroutine's,
+// swapcontext), still live, and is kept. Coroutine stacks of 64 KiB and more are told
+// apart; a longjmp over more than this leaves its skipped records behind (their calls
+// were never timed; a full table means later calls on the thread are not redirected).
+inline constexpr std::uintptr_t kSameStackSpan = 32 * 1024;
 struct ThreadState {
   unsigned in_hook;
   std::uint64_t exit_tsc;  // TSC at the start of the exit hook dispatching now (exit_hook_tsc)

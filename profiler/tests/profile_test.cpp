@@ -610,6 +610,28 @@ TEST(ProfileTrace, ObjectsInAnotherNamespaceAreLeftAlone) {
   EXPECT_EQ(function(j, "dlt_work"), nullptr) << j["notes"].dump();
 }
 
+// Two coroutines on stacks of their own switch 2,000 times from inside co_step, whose frame
+// stays live (its return redirected) while the other stack runs. Under full every call
+// returns through its exit probe: samples equal calls, for patchable entries and for
+// tracepoints. Before, the shadow stack dropped the other stack's records and the program
+// aborted ("exit trampoline without a frame").
+TEST(ProfileExits, CoroutinesOnStacksOfTheirOwnKeepTheirExits) {
+  const std::pair<const char*, std::string> runs[] = {{"co-pfe", std::string("-- ") + PROF_CO_PFE},
+                                                      {"co-trace", std::string("--trace 'co_*' -- ") + PROF_CO_PLAIN}};
+  for (const auto& [tag, args] : runs) {
+    const Outcome r = crossmod(tag, "--quiet --policy full " + args + " 2000");
+    ASSERT_EQ(r.status, 0) << tag << " " << r.err;
+    EXPECT_EQ(r.out, "co_work 8002\n") << tag;
+    const json j = report(r);
+    for (const char* name : {"co_work", "co_step", "co_body", "co_driver"}) {
+      const json* f = function(j, name);
+      ASSERT_NE(f, nullptr) << tag << " " << name << " " << j["notes"].dump();
+      EXPECT_EQ((*f)["samples"].get<unsigned long>(), (*f)["calls_observed"].get<unsigned long>()) << tag << " " << name;
+    }
+    EXPECT_EQ((*function(j, "co_work"))["calls_observed"].get<unsigned long>(), 8002u) << tag;
+  }
+}
+
 // A program that embeds V8 (recognised by the name of V8's entry point): every tracepoint
 // has its entry probe only, so calls are counted and nothing is timed, and the note says
 // why. Without it the same program's leaf gets samples (the control).
