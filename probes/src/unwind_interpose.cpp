@@ -83,21 +83,26 @@ __attribute__((constructor)) void resolve_unwinder() {
   (void)next(g_pthread_cancel, "pthread_cancel");
 }
 
-// Writes this thread's redirected return addresses back; empties its redirection stack.
+// Writes this thread's redirected return addresses back; keeps only the records of other stacks.
 __attribute__((noinline)) void unredirect_thread_frames() noexcept {
   ThreadState& ts = thread_state();
-  // Every live frame is above this one. Records below it, or whose slot no longer holds
-  // the trampoline, belong to frames longjmp abandoned: their memory is not theirs any
-  // more - leave it alone.
+  // Every live frame of this stack is above this one. Records just below it, or whose slot
+  // no longer holds the trampoline, belong to frames longjmp abandoned: their memory is not
+  // theirs any more - leave it alone. Records farther below (kSameStackSpan) belong to
+  // another stack, a coroutine's, whose frames are still live: kept, untouched.
   const auto here = reinterpret_cast<std::uintptr_t>(__builtin_frame_address(0));
-  while (ts.ret_depth > 0) {
-    const RetFrame& f = ts.rets[--ts.ret_depth];
+  unsigned depth = ts.ret_depth, kept = 0;
+  for (unsigned i = depth; i > 0; --i) {
+    const RetFrame& f = ts.rets[i - 1];
     if (f.slot <= here) continue;
     auto* slot = reinterpret_cast<std::uintptr_t*>(f.slot);
     // Either exit trampoline (patchable or tracepoint). Frames chained at one slot by a
     // tail call pop in order: the inner one puts the trampoline back, the outer the caller.
     if (is_exit_trampoline(*slot)) *slot = f.ret;
   }
+  for (unsigned i = 0; i < depth; ++i)
+    if (ts.rets[i].slot <= here && here - ts.rets[i].slot > kSameStackSpan) ts.rets[kept++] = ts.rets[i];
+  ts.ret_depth = kept;
 }
 
 // The probe of the tracepoint on _Unwind_ForcedUnwind (see the top of this file).

@@ -632,6 +632,31 @@ TEST(ProfileExits, CoroutinesOnStacksOfTheirOwnKeepTheirExits) {
   }
 }
 
+// The same with an exception thrown and caught on the upper stack every 10th round while
+// the lower one waits inside co_step: the unwinder's interposer writes back the return
+// addresses of this stack's frames and used to drop every record, the other stack's too,
+// whose co_step then returned to no record. Under full the frames live at a throw return
+// without their exit probe (co_throw, co_middle, co_body); the lower stack's keep theirs.
+TEST(ProfileExits, ExceptionsOnOneStackLeaveTheOtherStacksExits) {
+  const std::pair<const char*, std::string> runs[] = {{"co-throw-pfe", std::string("-- ") + PROF_CO_PFE},
+                                                      {"co-throw-trace", std::string("--trace 'co_*' -- ") + PROF_CO_PLAIN}};
+  for (const auto& [tag, args] : runs) {
+    const Outcome r = crossmod(tag, "--quiet --policy full " + args + " 2000 throw");
+    ASSERT_EQ(r.status, 0) << tag << " " << r.err;
+    EXPECT_EQ(r.out, "co_work 8202\ncaught 200\n") << tag;
+    const json j = report(r);
+    for (const char* name : {"co_work", "co_step", "co_driver"}) {
+      const json* f = function(j, name);
+      ASSERT_NE(f, nullptr) << tag << " " << name << " " << j["notes"].dump();
+      EXPECT_EQ((*f)["samples"].get<unsigned long>(), (*f)["calls_observed"].get<unsigned long>()) << tag << " " << name;
+    }
+    const json* t = function(j, "co_throw");
+    ASSERT_NE(t, nullptr) << tag;
+    EXPECT_EQ((*t)["calls_observed"].get<unsigned long>(), 200u) << tag;
+    EXPECT_EQ((*t)["samples"].get<unsigned long>(), 0u) << tag;
+  }
+}
+
 // A program that embeds V8 (recognised by the name of V8's entry point): every tracepoint
 // has its entry probe only, so calls are counted and nothing is timed, and the note says
 // why. Without it the same program's leaf gets samples (the control).
