@@ -165,14 +165,18 @@ inline void dispatch(std::uint32_t id, std::uint64_t tsc) noexcept {
 // containing function's frame: dropping it lost the exit timing of every function that
 // inlines an instrumented one, kvpipe_cyg's put, get, worker, ...), and stale when it is
 // the same function entered again from that frame (a sibling call whose exit was missed).
+// Only frames at most kSameStackSpan below: one farther away ran on another stack (a
+// coroutine's), is live, and stays, as in the redirection stack (registry.hpp).
 // The stack never holds more than kShadowDepth frames: deeper entries are not recorded,
 // and their exits may get an outer recursive frame's timestamp or 0 (wrong timing, never
 // a crash).
 inline void push_frame(ThreadState& ts, std::uintptr_t fn, std::uint64_t tsc,
                        std::uintptr_t sp) noexcept {
-  while (ts.depth > 0 && (ts.frames[ts.depth - 1].sp < sp ||
-                          (ts.frames[ts.depth - 1].sp == sp && ts.frames[ts.depth - 1].function == fn)))
+  while (ts.depth > 0) {
+    const Frame& top = ts.frames[ts.depth - 1];
+    if (top.sp < sp ? sp - top.sp > kSameStackSpan : (top.sp != sp || top.function != fn)) break;
     --ts.depth;
+  }
   if (ts.depth < kShadowDepth) ts.frames[ts.depth++] = {fn, tsc, sp};
 }
 
