@@ -103,7 +103,10 @@ bool reads_return_address(const char* name) noexcept {
   static constexpr const char* kPatterns[] = {
       "*setjmp*",       "*vfork*",         "*getcontext*", "*swapcontext*", "__libc_start_main*",
       "_dl_runtime_*",  "_dl_tlsdesc_*",   "__restore_rt", "_start",        "__morestack",
-      "dlopen",         "dlmopen",         "dlsym",        "dlvsym"};
+      "dlopen",         "dlmopen",         "dlsym",        "dlvsym",
+      // Stack walkers start from their own frame (unwind_interpose.cpp writes the
+      // callers' frames back first).
+      "backtrace",      "__backtrace",     "_Unwind_Backtrace"};
   for (const char* p : kPatterns)
     if (fnmatch(p, name, 0) == 0) return true;
   return false;

@@ -29,6 +29,14 @@
 // another tracepoint owns it), cancellation stays as before: the unwind stops at the first
 // redirected frame and the destructors above it do not run (probes/README.md).
 //
+// Stack walks: glibc's backtrace() and libgcc's _Unwind_Backtrace (called through the PLT
+// by programs, libstdc++'s stacktrace, ...) stop at the first redirected frame, for the
+// same reason. Both are interposed here and write the thread's frames back first; they
+// keep no exit probe of their own (provider_tracepoint.cpp: reads_return_address), so the
+// walk starts from a frame the unwinder can read. glibc's backtrace calls libgcc through
+// its private handle, which the interposed backtrace covers. Cost as for exceptions: the
+// frames live at the walk return without their exit probe.
+//
 // Not on the invocation path: runs once per throw, touches only this thread's TLS and
 // stack, does not allocate (dlsym is resolved by the library constructor). The hook's
 // set-up runs once, in the first pthread_cancel.
@@ -53,11 +61,15 @@ namespace {
 
 using RaiseFn = _Unwind_Reason_Code (*)(_Unwind_Exception*);
 using ExitFn = void (*)(void*);
+using BacktraceFn = int (*)(void**, int);
+using UnwindTraceFn = _Unwind_Reason_Code (*)(_Unwind_Trace_Fn, void*);
 
 std::atomic<RaiseFn> g_raise{nullptr};
 std::atomic<RaiseFn> g_rethrow{nullptr};
 
 std::atomic<ExitFn> g_pthread_exit{nullptr};
+std::atomic<BacktraceFn> g_backtrace{nullptr};
+std::atomic<UnwindTraceFn> g_unwind_backtrace{nullptr};
 using CancelFn = int (*)(pthread_t);
 std::atomic<CancelFn> g_pthread_cancel{nullptr};
 
@@ -81,6 +93,8 @@ __attribute__((constructor)) void resolve_unwinder() {
   (void)next(g_rethrow, "_Unwind_Resume_or_Rethrow");
   (void)next(g_pthread_exit, "pthread_exit");
   (void)next(g_pthread_cancel, "pthread_cancel");
+  (void)next(g_backtrace, "backtrace");
+  (void)next(g_unwind_backtrace, "_Unwind_Backtrace");
 }
 
 // Writes this thread's redirected return addresses back; keeps only the records of other stacks.
@@ -184,4 +198,18 @@ extern "C" int pthread_cancel(pthread_t thread) {
   const CancelFn real = next(g_pthread_cancel, "pthread_cancel");
   (void)hook_forced_unwind();
   return real(thread);
+}
+
+extern "C" int backtrace(void** buffer, int size) {
+  using namespace crossmod::probes::detail;
+  const BacktraceFn real = next(g_backtrace, "backtrace");
+  unredirect_thread_frames();
+  return real(buffer, size);
+}
+
+extern "C" _Unwind_Reason_Code _Unwind_Backtrace(_Unwind_Trace_Fn fn, void* arg) {
+  using namespace crossmod::probes::detail;
+  const UnwindTraceFn real = next(g_unwind_backtrace, "_Unwind_Backtrace");
+  unredirect_thread_frames();
+  return real(fn, arg);
 }
