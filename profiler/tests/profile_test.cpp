@@ -321,37 +321,33 @@ TEST(ProfileFork, TracedForkKeepsTheChildAlive) {
   EXPECT_EQ(j["run"]["switch_detection"], "perf");
 }
 
+// prof_mt's child made by `how` (no atfork handler runs in it) lives and counts exactly,
+// for both compiler-assisted providers; `perf`: the report says switches were detected.
+void expect_child_alive(const std::string& tag, const std::string& how, bool perf) {
+  for (const char* prog : {PROF_MT_CYG, PROF_MT_PFE}) {
+    const Outcome r = crossmod(tag, std::string("--quiet --policy full -- ") + prog + " 2 1000000 " + how);
+    ASSERT_EQ(r.status, 0) << prog << " " << r.err;
+    const auto t = truth(r.out);
+    const json j = report(r);
+    const json* f = function(j, kLeafA);
+    ASSERT_NE(f, nullptr);
+    EXPECT_EQ((*f)["calls_observed"].get<unsigned long>(), t.at("leaf_a")) << prog;
+    if (perf) {
+      EXPECT_EQ(j["run"]["switch_detection"], "perf");
+    }
+  }
+}
+
 // A program's own _Fork runs no atfork handler: the runtime wraps it, or the child's first
 // sample reads the parent's perf page (not copied into the child) and dies of SIGSEGV.
 // Main registers at its warm-up calls, so the daemon attaches its page during the threads'
 // ~0.1 s; in the child main makes every call and its first sample loads that page.
-TEST(ProfileFork, OwnForkWithoutHandlersKeepsTheChildAlive) {
-  for (const char* prog : {PROF_MT_CYG, PROF_MT_PFE}) {
-    const Outcome r = crossmod("fork-raw", std::string("--quiet --policy full -- ") + prog + " 2 1000000 _Fork");
-    ASSERT_EQ(r.status, 0) << prog << " " << r.err;
-    const auto t = truth(r.out);
-    const json j = report(r);
-    const json* f = function(j, kLeafA);
-    ASSERT_NE(f, nullptr);
-    EXPECT_EQ((*f)["calls_observed"].get<unsigned long>(), t.at("leaf_a")) << prog;
-  }
-}
+TEST(ProfileFork, OwnForkWithoutHandlersKeepsTheChildAlive) { expect_child_alive("fork-raw", "_Fork", false); }
 
 // The same through glibc's clone without CLONE_VM (a copy of the address space, no atfork
 // handler): the runtime's clone makes the child forget the perf pages before the program's
 // function runs (before it, the child died of SIGSEGV and prof_mt exited 1).
-TEST(ProfileFork, CloneWithoutSharedMemoryKeepsTheChildAlive) {
-  for (const char* prog : {PROF_MT_CYG, PROF_MT_PFE}) {
-    const Outcome r = crossmod("clone-copy", std::string("--quiet --policy full -- ") + prog + " 2 1000000 clone");
-    ASSERT_EQ(r.status, 0) << prog << " " << r.err;
-    const auto t = truth(r.out);
-    const json j = report(r);
-    const json* f = function(j, kLeafA);
-    ASSERT_NE(f, nullptr);
-    EXPECT_EQ((*f)["calls_observed"].get<unsigned long>(), t.at("leaf_a")) << prog;
-    EXPECT_EQ(j["run"]["switch_detection"], "perf");
-  }
-}
+TEST(ProfileFork, CloneWithoutSharedMemoryKeepsTheChildAlive) { expect_child_alive("clone-copy", "clone", true); }
 
 // Compensation: every inner() hit inside a sampled outer() call is accounted as
 // instrumentation time (at least its calibrated fixed cost plus one tick of the probe
