@@ -7,7 +7,8 @@
 // C++ runtime - _Unwind_RaiseException (throw, std::rethrow_exception) and
 // _Unwind_Resume_or_Rethrow (throw;) - and, before handing over to libgcc's (found with
 // dlsym(RTLD_NEXT)), writes every redirected frame of this thread back to its original
-// return address and empties the thread's redirection stack. The unwinder then sees the
+// return address and empties the thread's redirection stack (but for the records of other
+// stacks, coroutines', which the unwind does not cross). The unwinder then sees the
 // stack the compiler built. Cost of the choice: frames that were live when the exception
 // started - those it unwinds and those above its handler alike - return without their
 // exit probe firing (their entry probe did fire). Nothing else changes: frames entered
@@ -37,7 +38,7 @@
 // its private handle, which the interposed backtrace covers. Cost as for exceptions: the
 // frames live at the walk return without their exit probe.
 //
-// Not on the invocation path: runs once per throw, touches only this thread's TLS and
+// Not on the invocation path: runs once per throw (or walk), touches only this thread's TLS and
 // stack, does not allocate (dlsym is resolved by the library constructor). The hook's
 // set-up runs once, in the first pthread_cancel.
 #include <dlfcn.h>
@@ -105,7 +106,8 @@ __attribute__((noinline)) void unredirect_thread_frames() noexcept {
   // theirs any more - leave it alone. Records farther below (kSameStackSpan) belong to
   // another stack, a coroutine's, whose frames are still live: kept, untouched.
   const auto here = reinterpret_cast<std::uintptr_t>(__builtin_frame_address(0));
-  unsigned depth = ts.ret_depth, kept = 0;
+  const unsigned depth = ts.ret_depth;
+  unsigned kept = 0;
   for (unsigned i = depth; i > 0; --i) {
     const RetFrame& f = ts.rets[i - 1];
     if (f.slot <= here) continue;
