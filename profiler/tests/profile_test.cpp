@@ -65,6 +65,13 @@ const json* function(const json& j, const std::string& name) {
   return nullptr;
 }
 
+// Whether a note of the report contains `text`.
+bool has_note(const json& j, const std::string& text) {
+  for (const json& n : j["notes"])
+    if (n.get<std::string>().find(text) != std::string::npos) return true;
+  return false;
+}
+
 std::map<std::string, unsigned long> truth(const std::string& out) {
   std::map<std::string, unsigned long> m;
   std::istringstream s(out);
@@ -430,9 +437,7 @@ TEST(ProfileTrace, OutcomeIsANote) {
   const Outcome r = crossmod("trace", std::string("--quiet --policy full --trace 'leaf_*' -- ") + PROF_MT_CYG + " 1 100");
   ASSERT_EQ(r.status, 0) << r.err;
   const json j = report(r);
-  bool noted = false;
-  for (const json& n : j["notes"]) noted = noted || n.get<std::string>().find("--trace") != std::string::npos;
-  EXPECT_TRUE(noted) << j["notes"].dump();
+  EXPECT_TRUE(has_note(j, "--trace")) << j["notes"].dump();
 }
 
 // Why functions were not probed, by reason and object, most frequent first: with '*' the
@@ -566,9 +571,7 @@ TEST(ProfileTrace, ObjectsLoadedLaterAreTraced) {
   EXPECT_EQ((*f)["provider"], "tracepoint");
   EXPECT_EQ((*f)["calls_observed"].get<unsigned long>(), 20000u);
   EXPECT_EQ((*f)["samples"].get<unsigned long>(), 20000u);
-  bool noted = false;
-  for (const json& n : j["notes"]) noted = noted || n.get<std::string>().find("loaded later: 1 objects, 2 probes") != std::string::npos;
-  EXPECT_TRUE(noted) << j["notes"].dump();
+  EXPECT_TRUE(has_note(j, "loaded later: 1 objects, 2 probes")) << j["notes"].dump();
   // A sampling policy: samples, and never more calls observed than made.
   const Outcome p = crossmod("dlopen-paper", "--quiet --policy paper --trace 'dlt_*' -- " + args);
   ASSERT_EQ(p.status, 0) << p.err;
@@ -701,10 +704,7 @@ TEST(ProfileTrace, ProgramsHostingV8GetEntryProbesOnly) {
   EXPECT_EQ((*f)["calls_observed"].get<unsigned long>(), 5000u);
   EXPECT_EQ((*f)["samples"].get<unsigned long>(), 0u);
   EXPECT_FALSE((*f)["exit_probe"].get<bool>());
-  bool noted = false;
-  for (const json& n : j["notes"])
-    noted = noted || n.get<std::string>().find("exit: V8 reads return addresses (") != std::string::npos;
-  EXPECT_TRUE(noted) << j["notes"].dump();
+  EXPECT_TRUE(has_note(j, "exit: V8 reads return addresses (")) << j["notes"].dump();
   const Outcome c = crossmod("v8host-control", std::string("--quiet --policy full --trace 'v8h_*' -- ") + PROF_MT_PLAIN +
                                                    " 1 1000");
   ASSERT_EQ(c.status, 0) << c.err;
