@@ -1,0 +1,45 @@
+// 1,000 distinct tiny functions (step_000 .. step_999, written out by the preprocessor),
+// called through a table by 4 threads, ROUNDS times each (argv[1], default 1000). Built
+// with each compiler-assisted provider: many functions on at once under --policy budget,
+// so that a period that runs out of budget ends with a storm of switch-offs
+// (ProfileBudget tests).
+#include <cstdio>
+#include <cstdlib>
+#include <thread>
+#include <vector>
+
+namespace {
+
+#define STEP(a, b, c) \
+  __attribute__((noipa)) unsigned long step_##a##b##c(unsigned long x) { return x * (a * 100u + b * 10u + c + 3u) + 1u; }
+#define STEP10(a, b) \
+  STEP(a, b, 0) STEP(a, b, 1) STEP(a, b, 2) STEP(a, b, 3) STEP(a, b, 4) STEP(a, b, 5) STEP(a, b, 6) STEP(a, b, 7) STEP(a, b, 8) STEP(a, b, 9)
+#define STEP100(a) \
+  STEP10(a, 0) STEP10(a, 1) STEP10(a, 2) STEP10(a, 3) STEP10(a, 4) STEP10(a, 5) STEP10(a, 6) STEP10(a, 7) STEP10(a, 8) STEP10(a, 9)
+STEP100(0) STEP100(1) STEP100(2) STEP100(3) STEP100(4) STEP100(5) STEP100(6) STEP100(7) STEP100(8) STEP100(9)
+
+using Fn = unsigned long (*)(unsigned long);
+#define REF(a, b, c) &step_##a##b##c,
+#define REF10(a, b) \
+  REF(a, b, 0) REF(a, b, 1) REF(a, b, 2) REF(a, b, 3) REF(a, b, 4) REF(a, b, 5) REF(a, b, 6) REF(a, b, 7) REF(a, b, 8) REF(a, b, 9)
+#define REF100(a) \
+  REF10(a, 0) REF10(a, 1) REF10(a, 2) REF10(a, 3) REF10(a, 4) REF10(a, 5) REF10(a, 6) REF10(a, 7) REF10(a, 8) REF10(a, 9)
+const Fn kTable[] = {REF100(0) REF100(1) REF100(2) REF100(3) REF100(4) REF100(5) REF100(6) REF100(7) REF100(8) REF100(9)};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const long rounds = argc > 1 ? std::atol(argv[1]) : 1000;
+  std::vector<std::thread> threads;
+  std::vector<unsigned long> sums(4);
+  for (unsigned t = 0; t < 4; ++t)
+    threads.emplace_back([&, t] {
+      unsigned long s = t;
+      for (long r = 0; r < rounds; ++r)
+        for (const Fn f : kTable) s += f(s);
+      sums[t] = s;
+    });
+  for (auto& th : threads) th.join();
+  std::printf("calls %lu\n", 4ul * static_cast<unsigned long>(rounds) * (sizeof kTable / sizeof kTable[0]));
+  return 0;
+}
