@@ -81,7 +81,7 @@ struct RedirectSlot {
   std::atomic<std::uintptr_t> to{0};
   std::atomic<std::uint64_t> changes{0};
 };
-inline constexpr std::size_t kRedirectBits = 16;
+inline constexpr std::size_t kRedirectBits = 19;
 static_assert((std::size_t{1} << kRedirectBits) == trap::kRedirectSlots);
 alignas(4096) RedirectSlot g_redirects[trap::kRedirectSlots];
 // Slots ever claimed. While none is, redirect_target need not read the table: a
@@ -106,7 +106,7 @@ inline std::size_t redirect_hash(std::uintptr_t a) noexcept {
 // Slot holding `a` (claiming an empty one when `claim`), or nullptr. Async-signal-safe.
 RedirectSlot* find_redirect(std::uintptr_t a, bool claim) noexcept {
   const std::size_t h = redirect_hash(a);
-  for (std::size_t i = 0; i < trap::kRedirectSlots; ++i) {
+  for (std::size_t i = 0; i < trap::kRedirectProbe; ++i) {
     RedirectSlot& slot = g_redirects[(h + i) & (trap::kRedirectSlots - 1)];
     std::uintptr_t cur = 0;
     if (claim) {
