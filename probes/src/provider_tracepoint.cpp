@@ -121,6 +121,28 @@ bool reads_return_address(const char* name) noexcept {
 // in the global scope (the executable or a library loaded with it).
 bool hosts_v8() noexcept { return dlsym(RTLD_DEFAULT, "_ZN2v87Isolate3NewERKNS0_12CreateParamsE") != nullptr; }
 
+// A process that hosts HotSpot (OpenJDK's libjvm): a VM function called from compiled
+// Java code finds its Java caller through its own return address (frame::sender), so a
+// return redirected to the exit trampoline made java die of SIGSEGV in frame::sender
+// under SharedRuntime::resolve_opt_virtual_call_C (OpenJDK 17, `java Hello.java` under
+// --trace '*' --policy full, once the profiler's table held all of libjvm's functions).
+// Recognised by JNI_CreateJavaVM, libjvm's entry point: in the global scope (the java
+// launcher loads libjvm with RTLD_GLOBAL) or among the functions being attached (libjvm
+// itself). Objects attached before libjvm was loaded keep their exit probes.
+bool hosts_hotspot(const std::vector<tp::ElfFunction>& fns) noexcept {
+  if (dlsym(RTLD_DEFAULT, "JNI_CreateJavaVM") != nullptr) return true;
+  for (const tp::ElfFunction& f : fns)
+    if (f.name == "JNI_CreateJavaVM") return true;
+  return false;
+}
+
+// Why no tracepoint of this batch gets an exit probe (a refusal reason), or nullptr.
+const char* return_address_reader(const std::vector<tp::ElfFunction>& fns) noexcept {
+  if (hosts_v8()) return "exit: V8 reads return addresses";
+  if (hosts_hotspot(fns)) return "exit: HotSpot reads return addresses";
+  return nullptr;
+}
+
 // Never traced: what the engine's SIGTRAP handler runs (errno is a call of
 // __errno_location; the kernel returns through __restore_rt) - a trap there, e.g. on an
 // int3 of a tracepoint being installed, would arrive with SIGTRAP blocked and kill the
@@ -242,7 +264,7 @@ const std::string& own_object() {
 Status attach_functions(const std::vector<tp::ElfFunction>& fns, std::size_t* new_probes,
                         std::size_t* refused) noexcept {
   const bool trap_fallback = g_trap_fallback.load(std::memory_order_relaxed);
-  const bool v8 = hosts_v8();
+  const char* const walker = return_address_reader(fns);
   std::vector<std::uint32_t> fresh;
   std::size_t n_refused = 0;
   Status first = Status::ok;
@@ -272,7 +294,11 @@ Status attach_functions(const std::vector<tp::ElfFunction>& fns, std::size_t* ne
         note(Status::table_full);
         break;
       }
-      g_tp->refusals.reserve(g_tp->refusals.size() + 1);  // push_back below cannot throw
+      // push_back below cannot throw. Grown geometrically: reserve(size() + 1) reallocated
+      // and copied the whole list for every function once it was full (quadratic: with
+      // 44,000 HotSpot exit refusals java spent a fifth of its run here).
+      if (g_tp->refusals.size() == g_tp->refusals.capacity())
+        g_tp->refusals.reserve(2 * g_tp->refusals.capacity() + 64);
       tp::Tracepoint& t = g_tp->tps.emplace_back();
       auto* fn = reinterpret_cast<void*>(f.addr);
       tp::Status ts = tp::Tracepoint::prepare_sp(fn, f.size, on_tracepoint, fn, &t, nullptr, false);
@@ -319,10 +345,9 @@ Status attach_functions(const std::vector<tp::ElfFunction>& fns, std::size_t* ne
         continue;
       }
       fresh.push_back(id);
-      if (reads_return_address(np.name) || v8) {
+      if (reads_return_address(np.name) || walker != nullptr) {
         g_tp->refusals.push_back({f.addr, np.name, np.object,
-                                  v8 ? "exit: V8 reads return addresses" : "exit: return address not redirectable",
-                                  true});
+                                  walker != nullptr ? walker : "exit: return address not redirectable", true});
         continue;
       }
       const std::uint32_t x = register_exit_partner_locked(id, &rs);

@@ -713,6 +713,30 @@ TEST(ProfileTrace, ProgramsHostingV8GetEntryProbesOnly) {
     EXPECT_EQ(n.get<std::string>().find("V8"), std::string::npos) << n.get<std::string>();
 }
 
+// A process that loads libjvm (a library exporting JNI_CreateJavaVM, loaded with
+// RTLD_GLOBAL as the java launcher does): HotSpot finds a VM function's Java caller through
+// the function's return address, and java died of SIGSEGV in frame::sender under --trace
+// '*' once libjvm's functions had exit probes. From the load on, tracepoints get entry
+// probes only: the library's function has its calls and no samples, with the refusal
+// reason in the notes; the executable's own function, attached before the load, keeps
+// its exit probe and its samples.
+TEST(ProfileTrace, ProgramsLoadingHotSpotGetEntryProbesOnly) {
+  const Outcome r = crossmod("jvmhost", std::string("--quiet --policy full --trace 'jvh_*' -- ") + PROF_JVMHOST + " " +
+                                            PROF_JVMHOST_LIB + " 5000");
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(r.out, "jvh_own 5000\njvh_leaf 5000\n");
+  const json j = report(r);
+  const json* leaf = function(j, "jvh_leaf");
+  const json* own = function(j, "jvh_own");
+  ASSERT_NE(leaf, nullptr) << j["notes"].dump();
+  ASSERT_NE(own, nullptr) << j["notes"].dump();
+  EXPECT_EQ((*leaf)["calls_observed"].get<unsigned long>(), 5000u);
+  EXPECT_EQ((*leaf)["samples"].get<unsigned long>(), 0u);
+  EXPECT_FALSE((*leaf)["exit_probe"].get<bool>());
+  EXPECT_EQ((*own)["samples"].get<unsigned long>(), 5000u);
+  EXPECT_TRUE(has_note(j, "exit: HotSpot reads return addresses (")) << j["notes"].dump();
+}
+
 // Debian's node (V8), when installed: under --trace '*' it used to abort (V8 found the exit
 // trampoline's address where it looked for a return address). Now it runs and prints what
 // it prints alone.
