@@ -430,11 +430,20 @@ void on_entry(cp::ProbeId id, std::uint64_t tsc) noexcept {
   if (stray(f, id, true)) [[unlikely]] return;
   Tls& t = tls();
   check_warm(t, f.entry_warm);
+  // Entry only: kept off by the tail-call guard, or a tracepoint function that has no exit
+  // probe (its tracepoint's exit was refused at attach: setjmp-like functions, a process
+  // hosting V8 or HotSpot). Such a call pushes no frame: nothing would pop it, and a
+  // thread that runs only them (java's threads in libjvm) filled its 64 frames, after which
+  // no call of the thread could be compensated. And its entries count toward the epoch's
+  // quota, since it has no samples: it used to stay on for whole epochs, every call a hit.
+  const bool entry_only = (f.flags & kFuncNoExit) != 0 ||
+                          (f.provider == static_cast<std::uint32_t>(cp::Provider::tracepoint) &&
+                           A(f.exit_probe).load(std::memory_order_relaxed) == cp::kNoProbe);
   // The frame's instrumentation mark is moved back by what the layer spent between the
   // hook's TSC and this function (t0 - tsc): measured, where a cold site costs thousands of
   // ticks that no calibrated constant holds. (The calibrated remainder absorbs the overlap
   // with the fixed cost charged for this hit.)
-  if ((f.flags & kFuncNoExit) == 0) {
+  if (!entry_only) {
     if (t.frames != nullptr && t.depth < kFrames)
       t.frames[t.depth++] = {tsc, A(t.rec->instr_ticks).load(std::memory_order_relaxed) - (t0 > tsc ? t0 - tsc : 0),
                              switch_seq(t), t.nest, t.cold};
@@ -442,6 +451,9 @@ void on_entry(cp::ProbeId id, std::uint64_t tsc) noexcept {
   }
   add(f.calls, 1);
   add(t.rec->calls, 1);
+  if (entry_only && g_cfg.policy != Policy::full && &f != &g_calib_rec &&
+      A(f.epoch_samples).fetch_add(1, std::memory_order_relaxed) + 1 >= g_cfg.samples)
+    switch_off(f, FnState::off_sampled);
   finish(t, f, t0);
 }
 

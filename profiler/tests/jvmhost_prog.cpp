@@ -1,7 +1,8 @@
 // prof_jvmhost LIBRARY CALLS: calls its own jvh_own CALLS times, then loads LIBRARY (a
 // stand-in for libjvm.so, jvmhost_lib.cpp) with dlopen(RTLD_NOW | RTLD_GLOBAL) as the java
-// launcher does, calls its jvh_leaf CALLS times, and prints "jvh_own CALLS" and
-// "jvh_leaf CALLS". Exit 1 when the library or the function is missing.
+// launcher does, calls its jvh_leaf CALLS times and jvh_own CALLS times more, and prints
+// "jvh_own 2xCALLS" and "jvh_leaf CALLS". Exit 1 when the library or the function is
+// missing.
 // Thread safety: single-threaded.
 #include <dlfcn.h>
 
@@ -31,7 +32,8 @@ int main(int argc, char** argv) {
   const auto f = reinterpret_cast<Fn>(dlsym(h, "jvh_leaf"));
   if (f == nullptr) return 1;
   for (unsigned long i = 0; i < n; ++i) acc += f(static_cast<unsigned>(i));
-  std::printf("jvh_own %lu\njvh_leaf %lu\n", n, n);
+  for (unsigned long i = 0; i < n; ++i) acc += jvh_own(static_cast<unsigned>(i));
+  std::printf("jvh_own %lu\njvh_leaf %lu\n", 2 * n, n);
   std::fprintf(stderr, "acc %u\n", acc);  // keeps the calls
   return 0;
 }

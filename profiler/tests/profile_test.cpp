@@ -719,12 +719,14 @@ TEST(ProfileTrace, ProgramsHostingV8GetEntryProbesOnly) {
 // '*' once libjvm's functions had exit probes. From the load on, tracepoints get entry
 // probes only: the library's function has its calls and no samples, with the refusal
 // reason in the notes; the executable's own function, attached before the load, keeps
-// its exit probe and its samples.
+// its exit probe and its samples, all compensated: the entry-only calls push no frame
+// (they used to, and 64 of them filled the thread's frames, so that the 5,000 calls of
+// jvh_own after them had uncompensated samples).
 TEST(ProfileTrace, ProgramsLoadingHotSpotGetEntryProbesOnly) {
   const Outcome r = crossmod("jvmhost", std::string("--quiet --policy full --trace 'jvh_*' -- ") + PROF_JVMHOST + " " +
                                             PROF_JVMHOST_LIB + " 5000");
   ASSERT_EQ(r.status, 0) << r.err;
-  EXPECT_EQ(r.out, "jvh_own 5000\njvh_leaf 5000\n");
+  EXPECT_EQ(r.out, "jvh_own 10000\njvh_leaf 5000\n");
   const json j = report(r);
   const json* leaf = function(j, "jvh_leaf");
   const json* own = function(j, "jvh_own");
@@ -733,8 +735,26 @@ TEST(ProfileTrace, ProgramsLoadingHotSpotGetEntryProbesOnly) {
   EXPECT_EQ((*leaf)["calls_observed"].get<unsigned long>(), 5000u);
   EXPECT_EQ((*leaf)["samples"].get<unsigned long>(), 0u);
   EXPECT_FALSE((*leaf)["exit_probe"].get<bool>());
-  EXPECT_EQ((*own)["samples"].get<unsigned long>(), 5000u);
+  EXPECT_EQ((*own)["samples"].get<unsigned long>(), 10000u);
+  EXPECT_EQ((*own)["uncompensated_samples"].get<unsigned long>(), 0u);
   EXPECT_TRUE(has_note(j, "exit: HotSpot reads return addresses (")) << j["notes"].dump();
+}
+
+// A function with entry probes only counts its entries toward the epoch's quota
+// (--samples) under the sampling policies, as others count their samples: it used to stay
+// on for whole epochs, every call a hit (prof_jvmhost's jvh_leaf under paper: all 2,000,000
+// calls observed). Now it switches off after --samples calls and the daemon brings it back
+// each epoch: a run of ~20-100 epochs observes a small part of the calls.
+TEST(ProfileTrace, EntryOnlyFunctionsKeepTheQuota) {
+  const Outcome r = crossmod("jvmhost-paper", std::string("--quiet --policy paper --trace 'jvh_*' -- ") + PROF_JVMHOST +
+                                                  " " + PROF_JVMHOST_LIB + " 2000000");
+  ASSERT_EQ(r.status, 0) << r.err;
+  const json j = report(r);
+  const json* leaf = function(j, "jvh_leaf");
+  ASSERT_NE(leaf, nullptr) << j["notes"].dump();
+  EXPECT_FALSE((*leaf)["exit_probe"].get<bool>());
+  EXPECT_GT((*leaf)["calls_observed"].get<unsigned long>(), 0u);
+  EXPECT_LT((*leaf)["calls_observed"].get<unsigned long>(), 200000u);
 }
 
 // Debian's node (V8), when installed: under --trace '*' it used to abort (V8 found the exit
