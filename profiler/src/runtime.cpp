@@ -79,7 +79,7 @@ struct Config {
   const char* trace = nullptr;
   const char* trace_object = nullptr;
   const char* dir = nullptr;
-  std::uint32_t max_funcs = 16384;
+  std::uint32_t max_funcs = 16384;  // the launcher's --max-functions
   std::uint32_t max_threads = 1024;
   std::uint32_t timeline_cap = 1u << 16;
   std::uint32_t string_bytes = 8u << 20;
@@ -1501,6 +1501,7 @@ std::mutex g_late_mutex;
 std::atomic<bool> g_late_on{false};  // set at start-up once the objects loaded then are marked seen
 std::size_t g_late_objects = 0, g_late_made = 0, g_late_refused = 0;
 char g_trace_note[200] = "";  // the start-up attach's note; the late attaches' counts follow it
+cp::Status g_late_status = cp::Status::ok;  // attach_late_objects: the first failure
 
 // Header::refusals from the probes layer's list: count per reason and object (its file
 // name), most frequent first, as many as fit. After every attach (start-up, dlopen).
@@ -1544,15 +1545,20 @@ void attach_late_objects() noexcept {
   if (!g_late_on) return;
   std::size_t objects = 0, made = 0, refused = 0;
   const char* patterns[] = {g_cfg.trace};
-  (void)cp::attach_tracepoints_in_new_objects(patterns, 1, g_cfg.trace_object, &objects, &made, &refused);
+  const cp::Status s = cp::attach_tracepoints_in_new_objects(patterns, 1, g_cfg.trace_object, &objects, &made, &refused);
   if (objects == 0) return;
   std::lock_guard<std::mutex> lock(g_late_mutex);
   g_late_objects += objects;
   g_late_made += made;
   g_late_refused += refused;
+  // The first failure stays in the note: table_full means the probes layer's table
+  // (probes::kMaxProbes) is full and the functions found after it have no tracepoint
+  // (java under --trace '*': libjvm.so alone has 155,102 function symbols in .symtab).
+  if (g_late_status == cp::Status::ok) g_late_status = s;
   char buf[sizeof g_hdr->note];
-  std::snprintf(buf, sizeof buf, "%s; loaded later: %zu objects, %zu probes, %zu refused", g_trace_note,
-                g_late_objects, g_late_made, g_late_refused);
+  std::snprintf(buf, sizeof buf, "%s; loaded later: %zu objects, %zu probes, %zu refused%s%s", g_trace_note,
+                g_late_objects, g_late_made, g_late_refused, g_late_status == cp::Status::ok ? "" : ", status ",
+                g_late_status == cp::Status::ok ? "" : cp::to_string(g_late_status));
   set_note(buf);
   write_refusals();
 }

@@ -847,6 +847,16 @@ TEST(ProfileBudget, DaemonCpuIsChargedWhole) {
   EXPECT_GE(j["overhead"]["instr_ticks"].get<double>(), daemon_ticks * 0.999) << j["overhead"].dump();
 }
 
+// --max-functions sizes the runtime's function table: with 3 slots, the program's other
+// functions are found but not profiled, and the note says how many and how to raise it.
+TEST(ProfileTable, MaxFunctionsSizesTheTable) {
+  const Outcome r = crossmod("max-functions", std::string("--quiet --policy full --max-functions 3 -- ") + PROF_MT_CYG + " 2 100");
+  ASSERT_EQ(r.status, 0) << r.err;
+  const json j = report(r);
+  EXPECT_EQ(j["functions"].size(), 3u) << j["notes"].dump();
+  EXPECT_TRUE(has_note(j, "functions beyond the table (3) were not profiled (--max-functions raises it")) << j["notes"].dump();
+}
+
 // The budget holds over the run, not only period by period: 1,000 functions on at once by
 // 4 threads, so that a period's hits run out of budget with most functions on, and each of
 // those switches itself off at its next hit (a toggle each, charged): the period ends far
@@ -877,7 +887,7 @@ TEST(ProfileBadInput, ExitsTwoAndWritesNothing) {
       "--policy bogus -- ",          "--budget 0 -- ",          "--budget 150% -- ",
       "--period 10 -- ",             "--epoch 1us -- ",         "--samples 0 -- ",
       "--ci abc -- ",                "--metrics /nonexistent.toml -- ",
-      "--trace-object '*' -- ",
+      "--trace-object '*' -- ",      "--max-functions 0 -- ",   "--max-functions 65537 -- ",
   };
   int k = 0;
   for (const char* c : cases) {

@@ -32,6 +32,7 @@
 #include "crossmod/x86.hpp"
 #include "results/results_io.hpp"
 #include "runs/sweep.hpp"
+#include "crossmod/probes.hpp"
 #include "crossmod/profile_report.hpp"
 
 extern char** environ;
@@ -49,6 +50,7 @@ struct ProfileOptions {
   std::string trace, trace_object;
   std::string budget = "5%", period = "10ms", epoch = "10ms", ci = "5%";
   unsigned samples = 10;
+  unsigned max_functions = 16384;
   std::string out;
   bool quiet = false;
   std::vector<std::string> command;
@@ -136,6 +138,8 @@ void run_profile(const ProfileOptions& o) {
   run.policy.epoch_s = parse_period("--epoch", o.epoch);
   if (o.samples == 0 || o.samples > 1'000'000) throw UsageError("profile: --samples must be in 1..1000000");
   run.policy.samples = o.samples;
+  if (o.max_functions == 0 || o.max_functions > crossmod::probes::kMaxProbes)
+    throw UsageError(fmt::format("profile: --max-functions must be in 1..{}", crossmod::probes::kMaxProbes));
   if (o.functions.empty()) throw UsageError("profile: --functions must not be empty");
   if (!o.trace_object.empty() && o.trace.empty()) throw UsageError("profile: --trace-object needs --trace");
   std::vector<prof::MetricSpec> metrics;
@@ -191,6 +195,7 @@ void run_profile(const ProfileOptions& o) {
   env.push_back("CROSSMOD_PROFILE_DIR=" + fs::absolute(raw).string());
   env.push_back("CROSSMOD_PROFILE_POLICY=" + o.policy);
   env.push_back(fmt::format("CROSSMOD_PROFILE_SAMPLES={}", o.samples));
+  env.push_back(fmt::format("CROSSMOD_PROFILE_MAX_FUNCS={}", o.max_functions));
   env.push_back(fmt::format("CROSSMOD_PROFILE_BUDGET={}", run.policy.budget));
   env.push_back(fmt::format("CROSSMOD_PROFILE_PERIOD_NS={}", std::llround(run.policy.period_s * 1e9)));
   env.push_back(fmt::format("CROSSMOD_PROFILE_EPOCH_NS={}", std::llround(run.policy.epoch_s * 1e9)));
@@ -314,6 +319,8 @@ void register_profile(CLI::App& app) {
   cmd->add_option("--period", opt->period, "budget period (default 10ms)");
   cmd->add_option("--samples", opt->samples, "samples per function per epoch before it switches off (default 10)");
   cmd->add_option("--epoch", opt->epoch, "reactivation epoch of the daemon (default 10ms)");
+  cmd->add_option("--max-functions", opt->max_functions,
+                  "function table size: functions found beyond it are not profiled (default 16384, at most 65536)");
   cmd->add_option("--ci", opt->ci, "converge: relative half-width of the 95% interval (default 5%)");
   cmd->add_option("--out", opt->out, "output directory (default results/profile/<program>-<utc>)");
   cmd->add_flag("--quiet", opt->quiet, "no table on stderr");

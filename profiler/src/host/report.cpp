@@ -177,7 +177,8 @@ ProfileData read_segments(const std::string& raw_dir, const RunInfo& run) {
       it->second.push_back(h.segment);
     }
     if (h.dropped_funcs > 0)
-      d.notes.push_back(fmt::format("segment {}: {} functions beyond the table ({}) were not profiled",
+      d.notes.push_back(fmt::format("segment {}: {} functions beyond the table ({}) were not profiled "
+                                    "(--max-functions raises it, up to 65536)",
                                     h.segment, h.dropped_funcs, h.max_funcs));
     d.instr_ticks += h.daemon_instr_ticks;
     const std::uint64_t nt = std::min<std::uint64_t>(h.nthreads, h.max_threads);
