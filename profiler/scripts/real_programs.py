@@ -8,7 +8,8 @@ Runs each case below (or the NAMEs given) once alone and once per policy under
 the md5 of stdout with the plain run's. A case whose program is not installed is skipped.
 Prints one line per run (OK, or what differs, with the report's function count and first
 note) and exits 1 if any run differed. Inputs are files of this repository (the build's
-own binary as data). Writes only into a temporary folder.
+own binary as data) and two small sources (SOURCES: a Tcl and a Java program) written into
+the temporary folder, the only place it writes.
 """
 import argparse
 import hashlib
@@ -23,7 +24,7 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
-def cases(build):
+def cases(build, work):
     blob = os.path.join(build, "crossmod")
     return {
         "xz": ["sh", "-c", f"head -c 8000000 {blob} | xz -T2 -3 | xz -d | md5sum"],
@@ -51,7 +52,28 @@ def cases(build):
                     "where x < 200000) select count(*), sum(x % 7) from c;"],
         "node": ["node", "-e", "let s = 0; for (let i = 0; i < 3e6; i++) s += Math.sqrt(i); console.log(s.toFixed(2))"],
         "g++": ["g++", "-O2", "-fsyntax-only", os.path.join(ROOT, "profiler", "tests", "mt_prog.cpp")],
+        "clang": ["clang", "-fsyntax-only", os.path.join(ROOT, "profiler", "tests", "mt_prog.cpp")],
+        "tclsh": ["tclsh", os.path.join(work, "fib.tcl")],
+        # HotSpot: the launcher compiles the file and runs it (4 threads, a caught NPE).
+        "java": ["java", os.path.join(work, "Fib.java")],
     }
+
+
+# Inputs of the cases above that are not files of this repository.
+SOURCES = {
+    "fib.tcl": "proc fib {n} { if {$n < 2} { return $n }; expr {[fib [expr {$n - 1}]] + [fib [expr {$n - 2}]]} }\n"
+               "puts [fib 20]\n",
+    "Fib.java": "public class Fib {\n"
+                "  static long fib(int n) { return n < 2 ? n : fib(n - 1) + fib(n - 2); }\n"
+                "  public static void main(String[] a) throws Exception {\n"
+                "    Thread[] ts = new Thread[4]; final long[] r = new long[4];\n"
+                "    for (int i = 0; i < 4; i++) { final int k = i; ts[i] = new Thread(() -> { r[k] = fib(22 + k); }); ts[i].start(); }\n"
+                "    long s = 0; for (int i = 0; i < 4; i++) { ts[i].join(); s += r[i]; }\n"
+                "    try { Object o = null; o.hashCode(); } catch (NullPointerException e) { s++; }\n"
+                "    System.out.println(s);\n"
+                "  }\n"
+                "}\n",
+}
 
 
 def run(cmd, timeout=600):
@@ -67,14 +89,17 @@ def main():
     ap.add_argument("--trace", default="*")
     ap.add_argument("names", nargs="*")
     a = ap.parse_args()
-    all_cases = cases(a.build)
-    names = a.names or list(all_cases)
-    unknown = [n for n in names if n not in all_cases]
+    names = a.names or list(cases(a.build, ""))
+    unknown = [n for n in names if n not in cases(a.build, "")]
     if unknown:
-        print(f"real_programs.py: unknown case {unknown[0]} (cases: {', '.join(all_cases)})", file=sys.stderr)
+        print(f"real_programs.py: unknown case {unknown[0]} (cases: {', '.join(cases(a.build, ''))})", file=sys.stderr)
         return 2
     bad = 0
     with tempfile.TemporaryDirectory() as tmp:
+        for name, text in SOURCES.items():
+            with open(os.path.join(tmp, name), "w") as f:
+                f.write(text)
+        all_cases = cases(a.build, tmp)
         for name in names:
             cmd = all_cases[name]
             if shutil.which(cmd[0]) is None:
