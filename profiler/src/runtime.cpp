@@ -257,6 +257,9 @@ std::uint64_t instr_sum() noexcept {
   return s;
 }
 
+// TSC at the end of the runtime's start-up (end_startup), 0 before: when the program's
+// own code can first run.
+std::uint64_t g_program_tsc = 0;
 void open_window(FuncRecord& f, std::uint64_t now, std::uint64_t instr) noexcept {
   A(f.win_start).store(now, std::memory_order_relaxed);
   A(f.win_calls0).store(A(f.calls).load(std::memory_order_relaxed), std::memory_order_relaxed);
@@ -695,17 +698,18 @@ void on_found_impl(const cp::ProbeInfo& p) {
   const std::uint64_t t0 = rdtsc();
   if (!later) check(cp::activate(p.id, p.kind == cp::Kind::entry ? on_entry : on_exit));
   const std::uint64_t t1 = rdtsc();
-  // Found on at start-up (patchable scan) or on its first call (cyg, on since the start):
-  // either way the window opens at the segment's start, so `full` estimates = observed.
+  // On since it was found, and its first call-rate window opens then: found during the
+  // runtime's start-up (patchable scan, --trace attach), at the segment's start, and
+  // end_startup() moves the window to the program's start; found later (a cyg site's first
+  // call, an object loaded by dlopen), now. (The window used to open at the segment's start
+  // for all: a function loaded 20 ms into the run had its first window's calls spread over
+  // those 20 ms, and the off stretch after it that window's rate, ~1/100 of the real one.)
   if (p.kind == cp::Kind::entry) {
+    const std::uint64_t found = g_program_tsc != 0 ? t1 : g_hdr->start_tsc;
     std::uint64_t zero = 0;
-    A(f.on_since).compare_exchange_strong(zero, g_hdr->start_tsc, std::memory_order_relaxed);
-    // Its first call-rate window too: every call and all probe time since the start.
-    if (A(f.win_start).load(std::memory_order_relaxed) == 0 && A(f.est_until).load(std::memory_order_relaxed) == 0) {
-      A(f.win_start).store(g_hdr->start_tsc, std::memory_order_relaxed);
-      A(f.win_calls0).store(0, std::memory_order_relaxed);
-      A(f.win_instr0).store(0, std::memory_order_relaxed);
-    }
+    A(f.on_since).compare_exchange_strong(zero, found, std::memory_order_relaxed);
+    if (A(f.win_start).load(std::memory_order_relaxed) == 0 && A(f.est_until).load(std::memory_order_relaxed) == 0)
+      open_window(f, found, g_program_tsc != 0 ? instr_sum() : 0);
   }
   if (!p.active && !later) {
     add(f.toggles, 1);
@@ -1563,6 +1567,25 @@ void attach_late_objects() noexcept {
   write_refusals();
 }
 
+// The program's own code runs after the runtime's constructor. The functions found during
+// it have their first window open since the segment's start (on_found): it moves to now,
+// and the calls they had meanwhile (the runtime's start-up calls traced libc functions)
+// count as they are, exactly, since they were on. Then the program's calls get a window
+// of their own, not one that holds the start-up's milliseconds (~3 ms here) in its length.
+void end_startup() noexcept {
+  const std::uint64_t now = rdtsc();
+  const std::uint64_t instr = instr_sum();
+  const std::uint64_t nf = A(g_hdr->nfuncs).load(std::memory_order_acquire);
+  for (std::uint64_t i = 0; i < nf; ++i) {
+    FuncRecord& f = g_funcs[i];
+    if (A(f.win_start).load(std::memory_order_relaxed) != g_hdr->start_tsc) continue;
+    A(f.est_calls).store(static_cast<double>(A(f.calls).load(std::memory_order_relaxed)), std::memory_order_relaxed);
+    A(f.est_until).store(now, std::memory_order_relaxed);
+    open_window(f, now, instr);
+  }
+  g_program_tsc = now;
+}
+
 // The real _Fork, for the runtime's _Fork (below): looked up here, so that the wrapper
 // stays async-signal-safe like the function it wraps.
 using ForkFn = pid_t (*)();
@@ -1635,6 +1658,7 @@ __attribute__((constructor(200))) void profile_init() {
   if (g_calib_tp_entry != cp::kNoProbe && !cp::tracepoint_trap_mode(g_calib_tp_entry))
     calibrate_self(g_calib_tp_entry, g_calib_tp_exit, crossmod_profile_calib_target_tp, cp::Provider::tracepoint);
   std::atexit(at_exit);
+  end_startup();
   if (g_cfg.policy == Policy::none) return;
   pthread_t th;
   pthread_attr_t attr;

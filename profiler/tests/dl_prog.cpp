@@ -1,18 +1,25 @@
-// prof_dlopen LIBRARY CALLS: loads LIBRARY with dlopen after main has begun, calls its
-// dlt_work CALLS times, and prints "dlt_work CALLS" (the test's truth). First it asks for
+// prof_dlopen LIBRARY CALLS [SLEEP_MS]: loads LIBRARY with dlopen after main has begun
+// (after sleeping SLEEP_MS, default 0), calls its dlt_work CALLS times, and prints
+// "dlt_work CALLS" (the test's truth). First it asks for
 // a library that does not exist and prints "dlerror kept" when dlopen returned null and
 // dlerror() said why: the runtime's dlopen must keep the real one's failure intact.
 // Exit 1 when the library or the function is missing.
 // Thread safety: single-threaded.
 #include <dlfcn.h>
+#include <time.h>
 
 #include <cstdio>
 #include <cstdlib>
 
 int main(int argc, char** argv) {
-  if (argc != 3) {
-    std::fprintf(stderr, "usage: prof_dlopen LIBRARY CALLS\n");
+  if (argc != 3 && argc != 4) {
+    std::fprintf(stderr, "usage: prof_dlopen LIBRARY CALLS [SLEEP_MS]\n");
     return 2;
+  }
+  if (argc == 4) {
+    const long ms = std::strtol(argv[3], nullptr, 10);
+    const timespec ts{ms / 1000, (ms % 1000) * 1000000};
+    nanosleep(&ts, nullptr);
   }
   if (dlopen("/nonexistent/crossmod-no-such-library.so", RTLD_NOW) == nullptr && dlerror() != nullptr)
     std::printf("dlerror kept\n");
