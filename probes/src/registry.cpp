@@ -552,6 +552,15 @@ std::size_t count() noexcept { return published_count(); }
 
 std::uint64_t exit_hook_tsc() noexcept { return detail::thread_state().exit_tsc; }
 
+// A hook dispatches only while in_hook is 0 (and sets it to 1 meanwhile), so a count here
+// keeps every hook of the thread out; a hook that runs quiet_begin/end inside it finds
+// its own 1 back.
+void quiet_begin() noexcept { ++detail::thread_state().in_hook; }
+void quiet_end() noexcept {
+  unsigned& h = detail::thread_state().in_hook;
+  if (h != 0) --h;
+}
+
 Status activate(ProbeId id, ProbeFn fn) noexcept {
   if (!valid(id)) return Status::unknown_id;
   if (fn == nullptr) return Status::bad_argument;

@@ -159,7 +159,7 @@ inline constexpr unsigned kRetDepth = 128;
 // were never timed; a full table means later calls on the thread are not redirected).
 inline constexpr std::uintptr_t kSameStackSpan = 32 * 1024;
 struct ThreadState {
-  unsigned in_hook;
+  unsigned in_hook;  // 1 inside a hook; plus the open quiet_begin() calls (probes.hpp)
   std::uint64_t exit_tsc;  // TSC at the start of the exit hook dispatching now (exit_hook_tsc)
   unsigned depth;  // <= kShadowDepth
   Frame frames[kShadowDepth];

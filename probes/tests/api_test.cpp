@@ -87,6 +87,30 @@ TEST(Api, EntryProbeReceivesIdAndTimestamp) {
   EXPECT_LE(probetest::last_tsc(r.id), t1);
 }
 
+// quiet_begin/quiet_end keep the calling thread's hits from the probe function, nested;
+// the probe stays active and counts again after the last quiet_end.
+TEST(Api, QuietThreadsHitNothing) {
+  Registered r;
+  make(0, "api_quiet", &r);
+  ASSERT_EQ(cp::activate(r.id, probetest::count_a), cp::Status::ok);
+  const std::uint64_t h0 = probetest::hits(r.id);
+  r.m.fn();
+  EXPECT_EQ(probetest::hits(r.id), h0 + 1);
+  cp::quiet_begin();
+  r.m.fn();
+  cp::quiet_begin();
+  r.m.fn();
+  cp::quiet_end();
+  r.m.fn();
+  EXPECT_EQ(probetest::hits(r.id), h0 + 1);
+  cp::quiet_end();
+  r.m.fn();
+  EXPECT_EQ(probetest::hits(r.id), h0 + 2);
+  cp::quiet_end();  // unmatched: no effect
+  r.m.fn();
+  EXPECT_EQ(probetest::hits(r.id), h0 + 3);
+}
+
 TEST(Api, BatchByPatternAndAllCostTwoWaitsForAllStraddlers) {
   ASSERT_EQ(cp::set_wait_ticks(probetest::kTestWaitTicks), cp::Status::ok);
   std::vector<Registered> rs(8);

@@ -193,6 +193,12 @@ std::size_t tracepoint_refusals(TracepointRefusal* out, std::size_t capacity) no
 // they leave this library: e.g. a profiler's runtime, whose functions run inside probe
 // functions. bad_argument when no loaded object holds it. Probes made before stay.
 Status exclude_from_tracepoints(const void* address) noexcept;
+// Probe hits on the calling thread are not dispatched from quiet_begin() to the matching
+// quiet_end() (nestable; an exit probe still restores its return address): for a tool's
+// own threads and its own work on the program's threads, whose calls of traced functions
+// (malloc, fnmatch) would otherwise count as the program's. Async-signal-safe; TLS only.
+void quiet_begin() noexcept;
+void quiet_end() noexcept;
 // Trap-mode fallback for later attach_tracepoints calls (default on).
 void set_tracepoint_trap_fallback(bool on) noexcept;
 // True if `id` (entry or exit) is a tracepoint probe in trap mode.
