@@ -1089,6 +1089,9 @@ std::uint64_t store_daemon_cpu() noexcept {
 }
 
 void* daemon_main(void*) {
+  // Nothing this thread calls is the program's: with --trace on libc its clock_gettime,
+  // nanosleep and malloc calls were counted as the program's calls, and charged.
+  cp::quiet_begin();
   const std::uint64_t tick_ns =
       g_cfg.policy == Policy::budget ? std::min(g_cfg.epoch_ns, g_cfg.period_ns) : g_cfg.epoch_ns;
   timespec next{};
@@ -1624,6 +1627,9 @@ __attribute__((constructor(200))) void profile_init() {
     attach_calib_tracepoint();
     cp::set_tracepoint_trap_fallback(traps);
     g_pending_tps = new (std::nothrow) std::vector<std::pair<std::uint32_t, cp::ProbeId>>();
+    // Once the batch is in, traced functions the runtime calls (libc's) hit their probes:
+    // none of the rest of the attach is the program's.
+    cp::quiet_begin();
     const cp::Status s = cp::attach_tracepoints(g_cfg.trace, g_cfg.trace_object, &made, &refused);
     if (g_pending_tps != nullptr) activate_pending_tracepoints();
     if (g_defer_exits) {
@@ -1644,6 +1650,7 @@ __attribute__((constructor(200))) void profile_init() {
       write_refusals();
       remember_loaded_objects();
     }
+    cp::quiet_end();
   }
   calibrate();
   {
@@ -1677,7 +1684,11 @@ __attribute__((constructor(200))) void profile_init() {
 
 // For the dlopen and _Fork below (outside this namespace).
 void after_dlopen() noexcept {
-  if (g_cfg.trace != nullptr) attach_late_objects();
+  if (g_cfg.trace == nullptr) return;
+  // The attach's own calls (fnmatch on every symbol, malloc) are not the program's.
+  cp::quiet_begin();
+  attach_late_objects();
+  cp::quiet_end();
 }
 pid_t fork_without_handlers() noexcept {
   if (g_real_fork == nullptr) {

@@ -731,6 +731,28 @@ TEST(ProfileTrace, LateObjectsWindowsOpenWhenLoaded) {
   EXPECT_GT((*f)["calls_estimated"].get<double>(), 60.0) << f->dump();
 }
 
+// The runtime's own calls of traced functions are not the program's: neither the attach
+// after a dlopen (fnmatch on the new object's symbols: 11 calls counted before) nor the
+// daemon thread (clock_nanosleep every tick: ~100 a second before). Neither program calls
+// either function itself.
+TEST(ProfileTrace, TheRuntimesOwnCallsAreNotCounted) {
+  const Outcome r = crossmod("quiet-dlopen", std::string("--quiet --policy full --trace 'fnmatch' -- ") + PROF_DLOPEN +
+                                                 " " + PROF_DL_TARGET + " 100");
+  ASSERT_EQ(r.status, 0) << r.err;
+  const json j = report(r);
+  const json* f = function(j, "fnmatch");
+  ASSERT_NE(f, nullptr) << j["notes"].dump();
+  EXPECT_EQ((*f)["calls_observed"].get<unsigned long>(), 0u);
+  const Outcome d = crossmod("quiet-daemon", std::string("--quiet --policy paper --trace 'clock_nanosleep' -- ") +
+                                                 PROF_MT_PLAIN + " 1 2000000");
+  ASSERT_EQ(d.status, 0) << d.err;
+  const json k = report(d);
+  const json* g = function(k, "clock_nanosleep");
+  ASSERT_NE(g, nullptr) << k["notes"].dump();
+  EXPECT_GT(k["overhead"]["daemon_cpu_s"].get<double>(), 0.0);
+  EXPECT_EQ((*g)["calls_observed"].get<unsigned long>(), 0u);
+}
+
 // A process that loads libjvm (a library exporting JNI_CreateJavaVM, loaded with
 // RTLD_GLOBAL as the java launcher does): HotSpot finds a VM function's Java caller through
 // the function's return address, and java died of SIGSEGV in frame::sender under --trace
