@@ -901,7 +901,7 @@ TEST(ProfileTable, MaxFunctionsSizesTheTable) {
 // 4 threads, so that a period's hits run out of budget with most functions on, and each of
 // those switches itself off at its next hit (a toggle each, charged): the period ends far
 // over its cap. That excess used to be forgiven at the next period, and the run charged
-// itself 2.5-3.7 times a 1% budget (prof_many, both providers, 3 runs each); carried over
+// itself 2.1-2.5 times a 1% budget (prof_many, both providers, 3 runs each); carried over
 // as a debt it charges 1.0-1.1 times. The share is the report's own accounting (what the
 // budget enforces), not a timing: the bound is 1.5 times the budget.
 TEST(ProfileBudget, OverspentPeriodsAreRepaid) {
