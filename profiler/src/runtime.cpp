@@ -1265,8 +1265,19 @@ void* daemon_main(void*) {
       if (epoch) {
         fold(f);
         // Still on with a window: cut it here (its calls counted, its rate the latest), so
-        // that one window never spans more than an epoch.
-        if (A(f.win_start).load(std::memory_order_relaxed) != 0 && try_toggle_lock(f)) {
+        // that one window never spans more than an epoch. Not under full (never switched
+        // off, its estimate is the calls observed). A window without calls just starts
+        // again here, without the toggle lock and the cut (most functions of a big program
+        // are never called: java, --max-functions 65536); the compare-exchange fails when
+        // a hit has closed it meanwhile.
+        std::uint64_t ws = A(f.win_start).load(std::memory_order_relaxed);
+        if (g_cfg.policy == Policy::full || ws == 0) {
+        } else if (A(f.calls).load(std::memory_order_relaxed) == A(f.win_calls0).load(std::memory_order_relaxed)) {
+          const std::uint64_t now = walk_now();
+          const std::uint64_t instr = fresh_instr(now);
+          if (A(f.win_start).compare_exchange_strong(ws, now, std::memory_order_relaxed))
+            A(f.win_instr0).store(instr, std::memory_order_relaxed);
+        } else if (try_toggle_lock(f)) {
           if (A(f.state).load(std::memory_order_relaxed) == static_cast<std::uint64_t>(FnState::on) &&
               A(f.win_start).load(std::memory_order_relaxed) != 0) {
             const std::uint64_t now = walk_now();
