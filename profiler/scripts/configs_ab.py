@@ -5,7 +5,8 @@
 
 WORKLOAD as scripts/profile_eval.py defines it, at its evaluation sizes: sqlite3
 (sqlite3_workload.sql at 400,000 rows, --trace 'sqlite3_*'), python3 (python_cpu.py 40,
---trace 'Py*'), lab-cyg / lab-pfe / kvpipe-cyg / kvpipe-pfe (8 threads). Each NAME=ARGS is
+--trace 'Py*'), lab-cyg / lab-pfe / kvpipe-cyg / kvpipe-pfe (8 threads); or cmd=COMMAND,
+any program (split like a shell would; no --trace added: give it in ARGS). Each NAME=ARGS is
 one configuration: ARGS are `crossmod profile` options (split like a shell would), where
 a word ENV:K=V sets K=V in that run's environment (e.g. ENV:CROSSMOD_PROFILE_RETRACT=1) and
 BUILD:DIR runs DIR/crossmod instead of --build's; ARGS `bare` runs the program with no
@@ -15,8 +16,10 @@ run's from its profile.json (run.user_s + run.sys_s, the program's own).
 
 Prints per configuration the median CPU seconds and the median over rounds of its ratio to
 the FIRST configuration in the same round, with the distribution-free 95% interval of
-that median (binomial order statistics, analysis.profile.median_ci). --json writes the
-raw per-round values. Example (the cost of installed-but-off tracepoints on sqlite3):
+that median (binomial order statistics, analysis.profile.median_ci), and for profiled
+configurations the medians of what profile.json says the instrumentation charged
+(overhead.instr_share, daemon_cpu_s) and how many functions had samples. --json writes
+the raw per-round CPU seconds. Example (the cost of installed-but-off tracepoints on sqlite3):
 
     profiler/scripts/configs_ab.py 24 sqlite3 none='--policy none' \\
         off='--policy paper --samples 1 --epoch 200ms' budget='--policy budget'
@@ -61,20 +64,34 @@ def parse_config(spec):
 
 
 def run(cfg, w, default_build, out):
+    """CPU seconds of one run, and for a profiled one what its report says it charged."""
     inp = open(w.stdin) if w.stdin else open(os.devnull)
     with inp:
         if cfg["bare"]:
             before = resource.getrusage(resource.RUSAGE_CHILDREN)
             subprocess.run(w.argv, stdin=inp, stdout=subprocess.DEVNULL, check=True)
             after = resource.getrusage(resource.RUSAGE_CHILDREN)
-            return (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+            return (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime), None
         build = cfg["build"] or default_build
         cmd = [f"{build}/crossmod", "profile", "--quiet", "--out", out] + cfg["opts"]
         cmd += ["--trace", w.trace] if w.trace else []
         subprocess.run(cmd + ["--", *w.argv], stdin=inp, stdout=subprocess.DEVNULL, check=True,
                        env={**os.environ, **cfg["env"]})
-    r = json.load(open(Path(out) / "profile.json"))["run"]
-    return r["user_s"] + r["sys_s"]
+    j = json.load(open(Path(out) / "profile.json"))
+    o = j["overhead"]
+    charged = {"instr_share": o.get("instr_share") or 0.0, "daemon_cpu_s": o.get("daemon_cpu_s") or 0.0,
+               "sampled": sum(1 for f in j["functions"] if f.get("samples"))}
+    return j["run"]["user_s"] + j["run"]["sys_s"], charged
+
+
+def command_workload(spec):
+    """WORKLOAD cmd=COMMAND: any program, no --trace of its own; None if spec is not one."""
+    if not spec.startswith("cmd="):
+        return None
+    argv = shlex.split(spec[4:])
+    if not argv:
+        raise ValueError("cmd= needs a command")
+    return SimpleNamespace(argv=argv, stdin=None, trace=None)
 
 
 def main():
@@ -94,21 +111,32 @@ def main():
     if a.rounds < 1 or len({c["name"] for c in cfgs}) != len(cfgs):
         print("configs_ab.py: ROUNDS >= 1 and distinct configuration names, please", file=sys.stderr)
         return 2
+    try:
+        w = command_workload(a.workload)
+    except ValueError as e:
+        print(f"configs_ab.py: {e}", file=sys.stderr)
+        return 2
     res = {c["name"]: [] for c in cfgs}
+    charged = {c["name"]: [] for c in cfgs}
     with tempfile.TemporaryDirectory() as tmp:
-        args = SimpleNamespace(lab_iterations=3000, kv_ops=10000, py_scale=40, sql_rows=400000,
-                               out_dir=Path(tmp), python_trace="Py*", sqlite_trace="sqlite3_*")
-        ws = profile_eval.workloads(args, Path(a.build) / "profiler" / "workloads")
-        if a.workload not in ws:
-            print(f"configs_ab.py: unknown workload {a.workload!r} (one of {', '.join(ws)})", file=sys.stderr)
-            return 2
-        w = ws[a.workload]
-        if w.stdin is not None and not w.stdin.exists():
-            w.stdin.write_text(args.sql_to_write[1])
+        if w is None:
+            args = SimpleNamespace(lab_iterations=3000, kv_ops=10000, py_scale=40, sql_rows=400000,
+                                   out_dir=Path(tmp), python_trace="Py*", sqlite_trace="sqlite3_*")
+            ws = profile_eval.workloads(args, Path(a.build) / "profiler" / "workloads")
+            if a.workload not in ws:
+                print(f"configs_ab.py: unknown workload {a.workload!r} (one of {', '.join(ws)}, or cmd=COMMAND)",
+                      file=sys.stderr)
+                return 2
+            w = ws[a.workload]
+            if w.stdin is not None and not w.stdin.exists():
+                w.stdin.write_text(args.sql_to_write[1])
         for r in range(a.rounds):
             k = r % len(cfgs)
             for i, c in enumerate(cfgs[k:] + cfgs[:k]):
-                res[c["name"]].append(run(c, w, a.build, f"{tmp}/r{r}-{i}"))
+                cpu, ch = run(c, w, a.build, f"{tmp}/r{r}-{i}")
+                res[c["name"]].append(cpu)
+                if ch is not None:
+                    charged[c["name"]].append(ch)
             print(f"round {r + 1}/{a.rounds} done", file=sys.stderr)
     if a.json:
         Path(a.json).write_text(json.dumps(res, indent=1) + "\n")
@@ -118,8 +146,13 @@ def main():
         ratios = [b / x for x, b in zip(res[first], v)]
         ci = median_ci(ratios)
         ci_s = f"{ci[0]:.3f}..{ci[1]:.3f}" if ci else "-"
+        ch = charged[c["name"]]
+        ch_s = ("" if not ch else
+                f"   instr_share {statistics.median(x['instr_share'] for x in ch):.4f}"
+                f"  daemon_cpu_s {statistics.median(x['daemon_cpu_s'] for x in ch):.4f}"
+                f"  sampled {statistics.median(x['sampled'] for x in ch):g}")
         print(f"{c['name']:12} cpu {statistics.median(v):.3f} s   / {first}: {statistics.median(ratios):.3f} "
-              f"(95% {ci_s}, {len(ratios)} rounds)")
+              f"(95% {ci_s}, {len(ratios)} rounds){ch_s}")
     return 0
 
 

@@ -37,8 +37,14 @@ def test_bad_configuration_is_refused(spec):
         load().parse_config(spec)
 
 
+def test_cmd_workload_is_any_command():
+    w = load().command_workload("cmd=java 'Hello World.java' -Xint")
+    assert w.argv == ["java", "Hello World.java", "-Xint"] and w.trace is None and w.stdin is None
+    assert load().command_workload("sqlite3") is None
+
+
 @pytest.mark.parametrize("argv", [["3", "sqlite3", "noequals"], ["3", "sqlite3", "a=bare", "a=bare"],
-                                  ["0", "sqlite3", "a=bare"], ["3", "nosuch", "a=bare"]])
+                                  ["0", "sqlite3", "a=bare"], ["3", "nosuch", "a=bare"], ["3", "cmd=", "a=bare"]])
 def test_usage_errors_exit_2_with_one_line(argv, tmp_path):
     # --build points at an empty folder: every refusal comes before any run.
     r = subprocess.run([sys.executable, str(SCRIPT), "--build", str(tmp_path), *argv],
