@@ -14,9 +14,13 @@ compared with the whole call's truth (lab_truth.call_truth). Prints per build, p
 and function the median over runs of estimate - truth (ticks) and of the interval's
 half-width, and per build how many intervals covered the truth. --by-policy: the same per
 policy instead of per build (both builds' runs together; e.g. BUILD_A = BUILD_B and the
-policies full,paper: how each policy's intervals fare). Writes into a temporary folder only.
+policies full,paper: how each policy's intervals fare). A build given as DIR@K=V runs with
+K=V added to the profiled runs' environment: one build with a trial switch read from the
+environment can be both arms (e.g. build build@CROSSMOD_TRIAL=1). Writes into a
+temporary folder only.
 """
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -33,6 +37,14 @@ def main():
     if len(argv) < 3:
         sys.exit(__doc__)
     builds = {"A": argv[0], "B": argv[1]}
+    envs = {}
+    for arm, spec in builds.items():
+        build, at, kv = spec.partition("@")
+        k, eq, v = kv.partition("=")
+        if at and (not eq or not k):
+            sys.exit(f"accuracy_ab.py: {spec!r} is not DIR or DIR@K=V")
+        builds[arm] = build
+        envs[arm] = dict(os.environ, **{k: v}) if at else None
     rounds = int(argv[2])
     threads = int(argv[3]) if len(argv) > 3 else 8
     policies = argv[4].split(",") if len(argv) > 4 else ["paper", "budget"]
@@ -55,7 +67,7 @@ def main():
                         lab = lab_b if prov == "trace" else f"{builds[arm]}/profiler/workloads/latency_lab_{variant}"
                         subprocess.run([f"{builds[arm]}/crossmod", "profile", "--policy", policy, "--quiet", *trace,
                                         "--out", d, "--", lab, *args, "--truth", d + ".json"],
-                                       check=True, stdout=subprocess.DEVNULL)
+                                       check=True, stdout=subprocess.DEVNULL, env=envs[arm])
                         key = policy if by_policy else arm
                         for f, e, call, lo, hi in call_estimates(d + ".json", d + "/profile.json", f"{tmp}/base.json"):
                             bias.setdefault((key, prov, f["name"]), []).append(
