@@ -102,6 +102,21 @@ std::unordered_map<std::uintptr_t, std::uint32_t>* g_by_function = nullptr;
 // in it; threads notice a new period by comparing with their TLS copy.
 std::atomic<std::uint64_t> g_period{1};
 std::atomic<std::uint64_t> g_period_spent{0};
+// The daemon's walk looks only at the functions marked here (one byte per slot, process
+// memory): a function is marked when it is found, when it is switched off (it waits for a
+// switch-on), and by the first call of each of its call-rate windows; the walk unmarks a
+// function that is on and has neither calls in its window nor samples to fold. A big
+// program's table is mostly functions that are on and not being called (java under
+// --trace '*': 41,397 of 51,215 never called), and the walk used to read every record
+// every tick (profiler/README.md, Known problems, big programs). nullptr: walk them all.
+std::atomic<std::uint8_t>* g_attn = nullptr;
+constexpr std::uint8_t kMarkLook = 1;  // walk it
+constexpr std::uint8_t kMarkOff = 2;   // only a switch-on to do (set by the walk alone)
+// The epoch the daemon last began (its TSC and the threads' accounted probe time then):
+// a window that had no call when that epoch began starts there at its first call, as the
+// walk used to restart windows without calls at every epoch.
+std::atomic<std::uint64_t> g_epoch_tsc{0};
+std::atomic<std::uint64_t> g_epoch_instr{0};
 std::atomic<std::uint64_t> g_period_threads{0};
 // Per thread: budget x period (wall). Process-wide: budget x the CPU time the process got in
 // the previous period (budget x period x online CPUs in the first), so that on a loaded
@@ -260,6 +275,12 @@ std::uint64_t instr_sum() noexcept {
 // TSC at the end of the runtime's start-up (end_startup), 0 before: when the program's
 // own code can first run.
 std::uint64_t g_program_tsc = 0;
+// Marks a function for the daemon's next walk (g_attn).
+inline void attend(const FuncRecord& f) noexcept {
+  if (g_attn == nullptr || &f < g_funcs || &f >= g_funcs + g_cfg.max_funcs) return;  // the calibration's
+  g_attn[&f - g_funcs].store(kMarkLook, std::memory_order_release);
+}
+
 void open_window(FuncRecord& f, std::uint64_t now, std::uint64_t instr) noexcept {
   A(f.win_start).store(now, std::memory_order_relaxed);
   A(f.win_calls0).store(A(f.calls).load(std::memory_order_relaxed), std::memory_order_relaxed);
@@ -322,6 +343,7 @@ void switch_off(FuncRecord& f, FnState why) noexcept {
   add(g_hdr->toggle_ticks, t1 - t0);
   if (why == FnState::off_budget) add(g_hdr->budget_offs, 1);
   toggle_unlock(f);
+  attend(f);  // off: the daemon switches it back on (or, converged, lets it go)
 }
 
 void on_entry(cp::ProbeId id, std::uint64_t) noexcept;
@@ -425,6 +447,25 @@ inline void check_warm(Tls& t, std::uint64_t& warm) noexcept {
   }
 }
 
+// The first call of a call-rate window (once per window, from the entry hit): a window
+// that was still without calls when the current epoch began starts at that epoch (the
+// walk no longer restarts such windows itself), and the daemon's walk is told. Only when
+// the toggle lock is free (else the daemon is cutting this window, or a thread switching
+// the function off): a probe function never waits.
+void first_call(FuncRecord& f) noexcept {
+  const std::uint64_t at = g_epoch_tsc.load(std::memory_order_acquire);
+  const std::uint64_t instr = g_epoch_instr.load(std::memory_order_relaxed);
+  if (at != 0 && g_cfg.policy != Policy::full && try_toggle_lock(f)) {
+    const std::uint64_t ws = A(f.win_start).load(std::memory_order_relaxed);
+    if (ws != 0 && ws < at) {
+      A(f.win_start).store(at, std::memory_order_relaxed);
+      A(f.win_instr0).store(instr, std::memory_order_relaxed);
+    }
+    toggle_unlock(f);
+  }
+  attend(f);
+}
+
 void on_entry(cp::ProbeId id, std::uint64_t tsc) noexcept {
   const std::uint64_t t0 = rdtsc();
   const std::uint32_t s = g_slot[id].load(std::memory_order_relaxed);
@@ -452,7 +493,9 @@ void on_entry(cp::ProbeId id, std::uint64_t tsc) noexcept {
                              switch_seq(t), t.nest, t.cold};
     t.nest += g_nest[f.provider & 3];
   }
-  add(f.calls, 1);
+  const std::uint64_t before = A(f.calls).fetch_add(1, std::memory_order_relaxed);
+  if (before == A(f.win_calls0).load(std::memory_order_relaxed) && &f != &g_calib_rec) [[unlikely]]
+    first_call(f);
   add(t.rec->calls, 1);
   if (entry_only && g_cfg.policy != Policy::full && &f != &g_calib_rec &&
       A(f.epoch_samples).fetch_add(1, std::memory_order_relaxed) + 1 >= g_cfg.samples)
@@ -676,6 +719,7 @@ void on_found_impl(const cp::ProbeInfo& p) {
   }
   FuncRecord& f = g_funcs[slot];
   g_slot[p.id].store(slot + 1, std::memory_order_release);
+  attend(f);
   while (!try_toggle_lock(f)) sched_yield();  // discovery may wait (not an invocation path)
   const bool on = A(f.state).load(std::memory_order_acquire) == static_cast<std::uint64_t>(FnState::on);
   if (!on) {
@@ -886,7 +930,12 @@ void fold(Batches& b, std::uint64_t n, std::uint64_t s) noexcept {
 // samples that landed in between; the next fold takes them.
 void fold(FuncRecord& f) noexcept {
   const auto ld = [](std::uint64_t& v) { return A(v).load(std::memory_order_relaxed); };
-  const std::uint64_t n = ld(f.samples), s = ld(f.sum_ticks);
+  const std::uint64_t n = ld(f.samples);
+  // No sample since the last fold (most functions at most ticks): neither batch has one,
+  // and the walk reads no more of the record (lines 0 and 2). An on-CPU sample's split
+  // counters are added before `samples`, so one seen early is folded with its sample.
+  if (n == ld(f.all.folded_n)) return;
+  const std::uint64_t s = ld(f.sum_ticks);
   fold(f.all, n, s);
   const std::uint64_t off_n = ld(f.sw_samples) + ld(f.unk_samples) + ld(f.cold_samples);
   const std::uint64_t off_s = ld(f.sw_sum_ticks) + ld(f.unk_sum_ticks) + ld(f.cold_sum_ticks);
@@ -1134,6 +1183,18 @@ void* daemon_main(void*) {
     }
   }
   const std::uint64_t epoch_ticks = ns_to_ticks(g_cfg.epoch_ns);
+  // With the marks (g_attn) the walk skips functions: the probes on (the timeline's
+  // active_probes) are kept as a sum of per-function counts, updated when one is walked.
+  std::uint64_t active = 0, seen_nf = 0;
+  std::vector<std::uint8_t> on_probes;
+  if (g_attn != nullptr) {
+    try {
+      on_probes.resize(g_cfg.max_funcs);
+    } catch (...) {
+      on_probes.clear();
+    }
+  }
+  const bool marks = !on_probes.empty();
   {
     timespec c{};
     clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &c);
@@ -1222,7 +1283,7 @@ void* daemon_main(void*) {
     // one stopped, so the same functions do not always wait.
     const bool budget = g_cfg.policy == Policy::budget;
     if (!rs.empty()) reinstall_pass(rs, ids, epoch, period && budget);
-    std::uint64_t active = 0;
+    if (on_probes.empty()) active = 0;  // no per-function counts: every function is walked
     if (rotate >= nf) rotate = 0;
     std::uint64_t resume = rotate;
     bool spent = false;
@@ -1252,9 +1313,37 @@ void* daemon_main(void*) {
       }
       return walk_instr;
     };
+    if (epoch && marks) {  // windows without calls start here at their first call
+      g_epoch_instr.store(instr_sum(), std::memory_order_relaxed);
+      g_epoch_tsc.store(rdtsc(), std::memory_order_release);
+    }
+    // Functions found since the last walk are looked at once without a mark.
+    const std::uint64_t walked_nf = seen_nf;
+    std::uint64_t walked = 0;
+    seen_nf = nf;
     for (std::uint64_t j = 0; j < nf; ++j) {
       const std::uint64_t i = rotate + j < nf ? rotate + j : rotate + j - nf;
+      if (marks && i < walked_nf) {
+        const std::uint8_t m = g_attn[i].load(std::memory_order_relaxed);
+        if (m == 0) continue;
+        // Off and waiting for a switch-on, nothing else to do: not walked in a tick that
+        // switches nothing on (java under budget: thousands of functions wait in every
+        // tick while the budget is spent).
+        if (m == kMarkOff) {
+          if (budget && !spent && g_period_spent.load(std::memory_order_relaxed) > g_process_cap.load(std::memory_order_relaxed)) {
+            spent = true;
+            resume = i;
+          }
+          if (spent || (!epoch && !(period && budget))) continue;
+        }
+        // Unmarked before the look: a mark set after this exchange is seen next tick.
+        if (g_attn[i].exchange(0, std::memory_order_acq_rel) == 0) continue;
+      }
       FuncRecord& f = g_funcs[i];
+      ++walked;
+      // Counted again below when it is on (a function the walk skips keeps its count).
+      active -= i < on_probes.size() ? on_probes[i] : 0;
+      if (i < on_probes.size()) on_probes[i] = 0;
       if (A(f.entry_probe).load(std::memory_order_acquire) == cp::kNoProbe) continue;
       if (budget && !spent && g_period_spent.load(std::memory_order_relaxed) > g_process_cap.load(std::memory_order_relaxed)) {
         spent = true;
@@ -1267,9 +1356,9 @@ void* daemon_main(void*) {
         // Still on with a window: cut it here (its calls counted, its rate the latest), so
         // that one window never spans more than an epoch. Not under full (never switched
         // off, its estimate is the calls observed). A window without calls just starts
-        // again here, without the toggle lock and the cut (most functions of a big program
-        // are never called: java, --max-functions 65536); the compare-exchange fails when
-        // a hit has closed it meanwhile.
+        // again here, without the toggle lock and the cut; the compare-exchange fails when
+        // a hit has closed it meanwhile. With the marks (g_attn) such windows are mostly
+        // not walked: their first call moves their start to the epoch's (first_call).
         std::uint64_t ws = A(f.win_start).load(std::memory_order_relaxed);
         if (g_cfg.policy == Policy::full || ws == 0) {
         } else if (A(f.calls).load(std::memory_order_relaxed) == A(f.win_calls0).load(std::memory_order_relaxed)) {
@@ -1316,10 +1405,31 @@ void* daemon_main(void*) {
         g_period_spent.fetch_add(cost, std::memory_order_relaxed);
         add(g_hdr->daemon_instr_ticks, cost);
       }
-      if (A(f.state).load(std::memory_order_relaxed) == static_cast<std::uint64_t>(FnState::on))
-        active += f.exit_probe != cp::kNoProbe ? 2 : 1;
+      const std::uint64_t st = A(f.state).load(std::memory_order_relaxed);
+      if (st == static_cast<std::uint64_t>(FnState::on)) {
+        const std::uint8_t n = A(f.exit_probe).load(std::memory_order_relaxed) != cp::kNoProbe ? 2 : 1;
+        active += n;
+        if (i < on_probes.size()) on_probes[i] = n;
+      }
+      // Marked again if the next tick has work here: calls in its open window (a cut at
+      // the next epoch), samples to fold, or off and waiting for a switch-on. The fence orders
+      // the exchange above and the reads below against a hit's add and its mark (a first
+      // call that read the old win_calls0 before a cut's new one is seen here).
+      if (marks) {
+        std::atomic_thread_fence(std::memory_order_seq_cst);
+        const bool off_for_now = st == static_cast<std::uint64_t>(FnState::off_sampled) ||
+                                 st == static_cast<std::uint64_t>(FnState::off_budget);
+        if ((A(f.win_start).load(std::memory_order_relaxed) != 0 &&
+             A(f.calls).load(std::memory_order_relaxed) != A(f.win_calls0).load(std::memory_order_relaxed)) ||
+            A(f.samples).load(std::memory_order_relaxed) != A(f.all.folded_n).load(std::memory_order_relaxed))
+          g_attn[i].store(kMarkLook, std::memory_order_relaxed);
+        else if (off_for_now)
+          g_attn[i].store(kMarkOff, std::memory_order_relaxed);
+      }
     }
     rotate = spent ? resume : 0;
+    add(g_hdr->walks, 1);
+    add(g_hdr->walked, walked);
     if (!gone_ids.empty()) {
       const std::uint64_t t0 = rdtsc();
       std::size_t removed = 0;
@@ -1614,6 +1724,10 @@ __attribute__((constructor(200))) void profile_init() {
   const long cpus = sysconf(_SC_NPROCESSORS_ONLN);
   g_process_cap.store(g_thread_cap * static_cast<std::uint64_t>(cpus > 0 ? cpus : 1));
   g_by_function = new std::unordered_map<std::uintptr_t, std::uint32_t>();
+  // The walk's marks, for the policies that switch functions on again (full walks every
+  // function to fold its samples; none has no daemon).
+  if (g_cfg.policy == Policy::paper || g_cfg.policy == Policy::budget || g_cfg.policy == Policy::converge)
+    g_attn = new (std::nothrow) std::atomic<std::uint8_t>[g_cfg.max_funcs]();
   g_seq_pages = new std::atomic<const std::uint32_t*>[g_cfg.max_threads]();
   (void)pthread_atfork(forking_prepare, forking_parent, forget_switch_pages_in_child);
   if (void* fr = mmap(nullptr, sizeof(Frame) * kFrames * g_cfg.max_threads, PROT_READ | PROT_WRITE,

@@ -12,10 +12,11 @@
 namespace crossmod::profile {
 
 inline constexpr char kMagic[8] = {'C', 'M', 'P', 'R', 'O', 'F', '1', '\0'};
-inline constexpr std::uint32_t kVersion = 7;  // 2: compensated samples, context-switch split; 3: nest_ticks;
+inline constexpr std::uint32_t kVersion = 8;  // 2: compensated samples, context-switch split; 3: nest_ticks;
                                               // 4: cold samples, per-window call estimate;
                                               // 5: daemon_cpu_ns; 6: refusals; 7: histograms
-                                              // apart from the records
+                                              // apart from the records; 8: records in lines,
+                                              // walks/walked
 // Latency histogram: 4 buckets per power of two ("log2-ish"), up to 2^kHistOctaves ticks.
 inline constexpr unsigned kHistSub = 4;
 inline constexpr unsigned kHistOctaves = 48;
@@ -86,6 +87,8 @@ struct Header {
   std::uint64_t last_failure;     // the last such crossmod::probes::Status
   std::uint64_t stale_exits;      // exits whose entry TSC predates the current window
   std::uint64_t retracts;         // tracepoint sites whose jump the daemon removed while off
+  std::uint64_t walks;            // the daemon's walks over the function table (one per tick)
+  std::uint64_t walked;           // records those walks looked at (the rest were skipped)
   std::uint64_t no_exit_funcs;    // patchable functions whose exit probe stays off (tail calls)
   std::uint64_t dropped_funcs;  // functions beyond max_funcs (not profiled)
   std::uint64_t dropped_threads;
@@ -118,30 +121,21 @@ struct Batches {
   double sum_n2;                // n_b^2
 };
 
-struct FuncRecord {
-  std::uint64_t function;       // entry address in this image
-  std::uint32_t name_off;       // offsets into the string area (NUL-terminated)
-  std::uint32_t object_off;
+// One function's record, laid out in cache lines by who reads them: the daemon's walk
+// reads line 0 and `all.folded_n` (line 2) of a function without new calls or samples. In
+// the old order (360 bytes, so records did not start at a line boundary) those fields lay
+// in five lines. The walk's misses on records were most of its time (perf, java under
+// --trace '*' with 51,215 functions); the walk now skips most records (runtime.cpp,
+// g_attn), and this keeps the ones it reads to two lines.
+struct alignas(64) FuncRecord {
+  // Line 0: what the walk and every probe hit read.
   std::uint32_t provider;       // crossmod::probes::Provider value
   std::uint32_t entry_probe;
   std::uint32_t exit_probe;
   std::uint32_t flags;          // kFunc*
   std::uint64_t state;          // FnState
-  std::uint64_t toggling;       // 1 while a thread changes state + probes (try-lock)
-  // Threads (bit: thread index mod 64) that have run the entry / the exit site since the
-  // probes last went on; cleared before they go on. See cold_samples.
-  std::uint64_t entry_warm;
-  std::uint64_t exit_warm;
   std::uint64_t calls;          // entry-probe hits (calls observed)
   std::uint64_t samples;        // exit-probe hits with a known entry TSC
-  std::uint64_t sum_ticks;      // sum of sampled durations
-  std::uint64_t epoch_samples;  // samples since the last reactivation
-  std::uint64_t on_since;       // TSC when the entry probe was last switched on, 0 if off
-  std::uint64_t active_ticks;   // closed active windows
-  std::uint64_t toggles;
-  std::uint64_t offs;           // times the function was switched off
-  std::uint64_t armed_tsc;      // TSC just before the probes last went on; an exit whose
-                                // entry TSC is older belongs to an earlier window (stale)
   // calls_estimated, window by window: a window runs from a switch-on (its end, win_start)
   // to the switch-off, or to the daemon's next epoch while the function stays on. Its calls
   // are counted; the time after it, while the function is off, gets the window's call rate
@@ -150,19 +144,37 @@ struct FuncRecord {
   std::uint64_t win_start;      // TSC the current window opened, 0 if none
   std::uint64_t win_calls0;     // `calls` then
   std::uint64_t win_instr0;     // the threads' instr_ticks summed then
-  std::uint64_t est_until;      // TSC est_calls covers up to (0: none yet)
-  double est_calls;
-  double off_rate;              // calls per tick for the time since est_until, while off
+  // Line 1: the rest of a hit's work.
+  std::uint64_t toggling;       // 1 while a thread changes state + probes (try-lock)
+  // Threads (bit: thread index mod 64) that have run the entry / the exit site since the
+  // probes last went on; cleared before they go on. See cold_samples.
+  std::uint64_t entry_warm;
+  std::uint64_t exit_warm;
+  std::uint64_t armed_tsc;      // TSC just before the probes last went on; an exit whose
+                                // entry TSC is older belongs to an earlier window (stale)
+  std::uint64_t sum_ticks;      // sum of sampled durations
   // Sampled durations are compensated: the instrumentation time the thread accounted
   // between the call's entry hit and its exit hit (its own entry hit, every probe hit of
   // the calls it made) is taken off. raw_sum_ticks keeps the durations as timed.
   std::uint64_t raw_sum_ticks;
+  std::uint64_t epoch_samples;  // samples since the last reactivation
+  std::uint64_t on_since;       // TSC when the entry probe was last switched on, 0 if off
+  // Line 2: batch means over daemon epochs (written by the daemon only), all samples.
+  Batches all;
+  std::uint64_t active_ticks;   // closed active windows
+  std::uint64_t toggles;
+  // Line 3.
+  std::uint64_t offs;           // times the function was switched off
+  std::uint64_t est_until;      // TSC est_calls covers up to (0: none yet)
+  double est_calls;
+  double off_rate;              // calls per tick for the time since est_until, while off
   std::uint64_t uncompensated;  // samples without their entry frame (stack overflowed): raw
   std::uint64_t blind_exits;    // exit hits without an entry TSC (entry not seen: no sample)
   std::uint64_t discovery_exits;  // calls during which this thread discovered a probe (cyg:
                                   // a site's first execution runs the discovery, ~10^5
                                   // ticks, inside the call): not sampled
-  // Context switches (the thread's perf page sequence changed between entry and exit):
+  std::uint64_t function;       // entry address in this image
+  // Line 4. Context switches (the thread's perf page sequence changed between entry and exit):
   std::uint64_t sw_samples;     // samples during which the thread was switched out
   std::uint64_t sw_sum_ticks;
   std::uint64_t unk_samples;    // samples whose thread had no perf page yet (unknown)
@@ -175,11 +187,16 @@ struct FuncRecord {
   // before the switch split: a cold sample is not in sw_ or unk_.
   std::uint64_t cold_samples;
   std::uint64_t cold_sum_ticks;
-  // Batch means over daemon epochs (written by the daemon only): all samples, and the
-  // samples known to have run without a context switch (on CPU) and not cold.
-  Batches all;
+  std::uint32_t name_off;       // offsets into the string area (NUL-terminated)
+  std::uint32_t object_off;
+  std::uint64_t reserved;
+  // Line 5: batch means of the samples known to have run without a context switch (on
+  // CPU) and not cold (daemon only).
   Batches oncpu;
 };
+static_assert(sizeof(FuncRecord) == 6 * 64);
+static_assert(offsetof(FuncRecord, win_instr0) == 56 && offsetof(FuncRecord, toggling) == 64 &&
+              offsetof(FuncRecord, all) == 128 && offsetof(FuncRecord, oncpu) == 320);
 // A function's latency histogram (its FuncRecord's index in the Hist array). Apart from
 // the record, so that the records of a big --trace pattern are dense: discovery writes
 // every function's record before the program starts, and each page it touches in this

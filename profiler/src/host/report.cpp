@@ -158,6 +158,8 @@ ProfileData read_segments(const std::string& raw_dir, const RunInfo& run) {
     d.capped_hits += h.capped_hits;
     d.stale_exits += h.stale_exits;
     d.retracts += h.retracts;
+    d.walks += h.walks;
+    d.walked += h.walked;
     d.daemon_cpu_ns += h.daemon_cpu_ns;
     if ((h.flags & kFlagSwitchDetect) != 0) d.switch_detect = true;
     if ((h.flags & kFlagSwitchOff) != 0) d.switch_off = true;
@@ -453,6 +455,7 @@ nlohmann::json report_json(const ProfileData& d, const RunInfo& run, const std::
                    {"capped_hits", d.capped_hits},
                    {"stale_exits", d.stale_exits},
                    {"retracts", d.retracts},
+                   {"walked_per_walk", d.walks > 0 ? static_cast<double>(d.walked) / static_cast<double>(d.walks) : 0.0},
                    {"daemon_cpu_s", static_cast<double>(d.daemon_cpu_ns) / 1e9},
                    {"daemon_share", cpu_s > 0 ? static_cast<double>(d.daemon_cpu_ns) / 1e9 / cpu_s : 0.0}};
   json tl = json::array();
