@@ -455,6 +455,7 @@ nlohmann::json report_json(const ProfileData& d, const RunInfo& run, const std::
                    {"capped_hits", d.capped_hits},
                    {"stale_exits", d.stale_exits},
                    {"retracts", d.retracts},
+                   {"walks", d.walks},
                    {"walked_per_walk", d.walks > 0 ? static_cast<double>(d.walked) / static_cast<double>(d.walks) : 0.0},
                    {"daemon_cpu_s", static_cast<double>(d.daemon_cpu_ns) / 1e9},
                    {"daemon_share", cpu_s > 0 ? static_cast<double>(d.daemon_cpu_ns) / 1e9 / cpu_s : 0.0}};
