@@ -1317,6 +1317,14 @@ void* daemon_main(void*) {
       g_epoch_instr.store(instr_sum(), std::memory_order_relaxed);
       g_epoch_tsc.store(rdtsc(), std::memory_order_release);
     }
+    // Budget: the first function the walk reaches once the period's budget is spent is
+    // where the next walk starts.
+    const auto note_spent = [&](std::uint64_t i) noexcept {
+      if (budget && !spent && g_period_spent.load(std::memory_order_relaxed) > g_process_cap.load(std::memory_order_relaxed)) {
+        spent = true;
+        resume = i;
+      }
+    };
     // Functions found since the last walk are looked at once without a mark.
     const std::uint64_t walked_nf = seen_nf;
     std::uint64_t walked = 0;
@@ -1330,10 +1338,7 @@ void* daemon_main(void*) {
         // switches nothing on (java under budget: thousands of functions wait in every
         // tick while the budget is spent).
         if (m == kMarkOff) {
-          if (budget && !spent && g_period_spent.load(std::memory_order_relaxed) > g_process_cap.load(std::memory_order_relaxed)) {
-            spent = true;
-            resume = i;
-          }
+          note_spent(i);
           if (spent || (!epoch && !(period && budget))) continue;
         }
         // Unmarked before the look: a mark set after this exchange is seen next tick.
@@ -1345,10 +1350,7 @@ void* daemon_main(void*) {
       active -= i < on_probes.size() ? on_probes[i] : 0;
       if (i < on_probes.size()) on_probes[i] = 0;
       if (A(f.entry_probe).load(std::memory_order_acquire) == cp::kNoProbe) continue;
-      if (budget && !spent && g_period_spent.load(std::memory_order_relaxed) > g_process_cap.load(std::memory_order_relaxed)) {
-        spent = true;
-        resume = i;
-      }
+      note_spent(i);
       const std::uint64_t t0 = walk_now();
       bool toggled = false;
       if (epoch) {
