@@ -455,7 +455,7 @@ inline void check_warm(Tls& t, std::uint64_t& warm) noexcept {
 void first_call(FuncRecord& f) noexcept {
   const std::uint64_t at = g_epoch_tsc.load(std::memory_order_acquire);
   const std::uint64_t instr = g_epoch_instr.load(std::memory_order_relaxed);
-  if (at != 0 && g_cfg.policy != Policy::full && try_toggle_lock(f)) {
+  if (at != 0 && try_toggle_lock(f)) {  // at stays 0 without the marks (full)
     const std::uint64_t ws = A(f.win_start).load(std::memory_order_relaxed);
     if (ws != 0 && ws < at) {
       A(f.win_start).store(at, std::memory_order_relaxed);
@@ -1283,7 +1283,7 @@ void* daemon_main(void*) {
     // one stopped, so the same functions do not always wait.
     const bool budget = g_cfg.policy == Policy::budget;
     if (!rs.empty()) reinstall_pass(rs, ids, epoch, period && budget);
-    if (on_probes.empty()) active = 0;  // no per-function counts: every function is walked
+    if (!marks) active = 0;  // no per-function counts: every function is walked
     if (rotate >= nf) rotate = 0;
     std::uint64_t resume = rotate;
     bool spent = false;
@@ -1347,8 +1347,10 @@ void* daemon_main(void*) {
       FuncRecord& f = g_funcs[i];
       ++walked;
       // Counted again below when it is on (a function the walk skips keeps its count).
-      active -= i < on_probes.size() ? on_probes[i] : 0;
-      if (i < on_probes.size()) on_probes[i] = 0;
+      if (marks) {
+        active -= on_probes[i];
+        on_probes[i] = 0;
+      }
       if (A(f.entry_probe).load(std::memory_order_acquire) == cp::kNoProbe) continue;
       note_spent(i);
       const std::uint64_t t0 = walk_now();
@@ -1411,7 +1413,7 @@ void* daemon_main(void*) {
       if (st == static_cast<std::uint64_t>(FnState::on)) {
         const std::uint8_t n = A(f.exit_probe).load(std::memory_order_relaxed) != cp::kNoProbe ? 2 : 1;
         active += n;
-        if (i < on_probes.size()) on_probes[i] = n;
+        if (marks) on_probes[i] = n;
       }
       // Marked again if the next tick has work here: calls in its open window (a cut at
       // the next epoch), samples to fold, or off and waiting for a switch-on. The fence orders
