@@ -487,7 +487,7 @@ TEST(ProfileTrace, RepeatedNoteIsOneLineWithItsSegments) {
 // calibration site) and never traces the runtime's functions, whatever the pattern: they
 // run inside the probe functions. '*' traces every other function of the process.
 TEST(ProfileTrace, CalibratesTracepointsAndNeverTracesItself) {
-  const Outcome r = crossmod("trace-all", std::string("--quiet --policy full --trace '*' -- ") + PROF_MT_PLAIN + " 2 1000");
+  const Outcome r = crossmod("trace-all", std::string("--quiet --policy full --all-functions --trace '*' -- ") + PROF_MT_PLAIN + " 2 1000");
   ASSERT_EQ(r.status, 0) << r.err;
   const auto t = truth(r.out);
   const json j = report(r);
@@ -734,16 +734,16 @@ TEST(ProfileTrace, LateObjectsWindowsOpenWhenLoaded) {
 // The runtime's own calls of traced functions are not the program's: neither the attach
 // after a dlopen (fnmatch on the new object's symbols: 11 calls counted before) nor the
 // daemon thread (clock_nanosleep every tick: ~100 a second before). Neither program calls
-// either function itself.
+// either function itself (--all-functions: so that they are listed with their 0 calls).
 TEST(ProfileTrace, TheRuntimesOwnCallsAreNotCounted) {
-  const Outcome r = crossmod("quiet-dlopen", std::string("--quiet --policy full --trace 'fnmatch' -- ") + PROF_DLOPEN +
+  const Outcome r = crossmod("quiet-dlopen", std::string("--quiet --policy full --all-functions --trace 'fnmatch' -- ") + PROF_DLOPEN +
                                                  " " + PROF_DL_TARGET + " 100");
   ASSERT_EQ(r.status, 0) << r.err;
   const json j = report(r);
   const json* f = function(j, "fnmatch");
   ASSERT_NE(f, nullptr) << j["notes"].dump();
   EXPECT_EQ((*f)["calls_observed"].get<unsigned long>(), 0u);
-  const Outcome d = crossmod("quiet-daemon", std::string("--quiet --policy paper --trace 'clock_nanosleep' -- ") +
+  const Outcome d = crossmod("quiet-daemon", std::string("--quiet --policy paper --all-functions --trace 'clock_nanosleep' -- ") +
                                                  PROF_MT_PLAIN + " 1 2000000");
   ASSERT_EQ(d.status, 0) << d.err;
   const json k = report(d);
@@ -942,6 +942,46 @@ TEST(ProfileWalk, SkipsFunctionsWithoutCalls) {
       EXPECT_GT(f["samples"].get<double>(), 0.0) << policy << " " << f.dump();
     }
   }
+}
+
+// prof_many_pfe calls 10 of its 1,000 functions. The other 990 were on the whole run and
+// saw no call: counted, not listed (unless --all-functions). Under none they were off from
+// the start, so they may have been called: listed.
+TEST(ProfileReport, LeavesOutFunctionsNeverCalled) {
+  const std::string never = "(anonymous namespace)::step_999(unsigned long)";
+  const std::string called = "(anonymous namespace)::step_009(unsigned long)";
+  for (const char* policy : {"paper", "budget", "full"}) {
+    const Outcome r = crossmod(std::string("never-") + policy, std::string("--policy ") + policy + " -- " +
+                                                                   PROF_MANY_PFE + " 20000 10");
+    ASSERT_EQ(r.status, 0) << policy << "\n" << r.err;
+    const json j = report(r);
+    EXPECT_EQ(function(j, never), nullptr) << policy;
+    ASSERT_NE(function(j, called), nullptr) << policy;
+    EXPECT_EQ((*function(j, called))["calls_observed"].get<double>() > 0, true) << policy;
+    const json& n = j["never_called"];
+    EXPECT_GE(n["functions"].get<double>(), 990.0) << policy << n.dump();
+    EXPECT_FALSE(n["listed"].get<bool>());
+    EXPECT_GE(n["by_object"][PROF_MANY_PFE].get<double>(), 990.0) << policy << n.dump();
+    EXPECT_GE(j["overhead"]["functions"].get<double>(), 1000.0) << policy;
+    EXPECT_LT(j["functions"].size(), 100u) << policy;
+    const std::string csv = slurp(r.dir / "profile.csv");
+    EXPECT_EQ(csv.find("step_999"), std::string::npos) << policy;
+    EXPECT_NE(csv.find("step_009"), std::string::npos) << policy;
+    EXPECT_NE(r.err.find("never called"), std::string::npos) << policy << r.err;
+  }
+  const Outcome all = crossmod("never-all", std::string("--quiet --policy paper --all-functions -- ") + PROF_MANY_PFE + " 20000 10");
+  ASSERT_EQ(all.status, 0) << all.err;
+  const json a = report(all);
+  ASSERT_NE(function(a, never), nullptr);
+  EXPECT_EQ((*function(a, never))["calls_observed"].get<double>(), 0.0);
+  EXPECT_TRUE(a["never_called"]["listed"].get<bool>());
+  EXPECT_GE(a["never_called"]["functions"].get<double>(), 990.0);
+  EXPECT_GE(a["functions"].size(), 1000u);
+  const Outcome none = crossmod("never-none", std::string("--quiet --policy none -- ") + PROF_MANY_PFE + " 20000 10");
+  ASSERT_EQ(none.status, 0) << none.err;
+  const json z = report(none);
+  EXPECT_NE(function(z, never), nullptr);
+  EXPECT_EQ(z["never_called"]["functions"].get<double>(), 0.0);
 }
 
 TEST(ProfileBadInput, ExitsTwoAndWritesNothing) {

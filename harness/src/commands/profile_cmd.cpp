@@ -53,6 +53,7 @@ struct ProfileOptions {
   unsigned max_functions = 16384;
   std::string out;
   bool quiet = false;
+  bool all_functions = false;  // also the never-called ones (set_aside_never_called)
   std::vector<std::string> command;
 };
 
@@ -279,6 +280,7 @@ void run_profile(const ProfileOptions& o) {
   // 3. Report.
   prof::ProfileData data = prof::read_segments(raw.string(), run);
   prof::finish_stats(&data, run);
+  prof::set_aside_never_called(&data, o.all_functions);
   if (run.exit_kind == "signal") {
     run.notes.push_back(fmt::format("the program was killed by signal {} ({}); counts are those written before it",
                                     run.signal, strsignal(run.signal)));
@@ -324,6 +326,8 @@ void register_profile(CLI::App& app) {
   cmd->add_option("--ci", opt->ci, "converge: relative half-width of the 95% interval (default 5%)");
   cmd->add_option("--out", opt->out, "output directory (default results/profile/<program>-<utc>)");
   cmd->add_flag("--quiet", opt->quiet, "no table on stderr");
+  cmd->add_flag("--all-functions", opt->all_functions,
+                "list every function found, also those whose probe was on the whole run and saw no call");
   cmd->add_option("command", opt->command, "-- PROGRAM ARGS...")->required();
   cmd->callback([opt] { run_profile(*opt); });
 }

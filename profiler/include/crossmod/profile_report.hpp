@@ -67,6 +67,9 @@ struct FunctionStats {
   double calls_estimated = 0, active_ticks = 0, run_ticks = 0;
   double mean = 0, ci_lo = 0, ci_hi = 0, p50 = 0, p99 = 0, share = 0;
   bool has_ci = false, converged = false, exit_probe = true;
+  // In every image: an entry probe that was on from the function's discovery to the end
+  // (never switched off, state on): a call would have been seen (never_called below).
+  bool always_on = true;
   MeanEstimate all;    // every sample (compensated); mean/ci_* above are its results
   MeanEstimate oncpu;  // samples known to have run without a context switch
   std::vector<std::uint64_t> hist;
@@ -93,6 +96,10 @@ struct ProfileData {
   bool switch_detect = false;        // some segment's threads had perf pages
   std::uint64_t switch_errno = 0;    // why not, when not
   std::vector<FunctionStats> functions;  // merged over segments by (object, name)
+  // Functions found whose entry probe was on the whole time and saw no call (set_aside_never_called).
+  std::uint64_t never_called = 0;
+  bool never_called_listed = true;  // still in `functions` (--all-functions)
+  std::vector<std::pair<std::string, std::uint64_t>> never_called_by_object;  // sorted by object
   std::vector<ThreadStats> threads_list;
   std::vector<TimelinePoint> timeline;
   std::vector<std::string> notes;
@@ -103,6 +110,15 @@ std::string switch_detection(const ProfileData& d);
 
 // Reads raw/segment-N.bin of `dir` in order; never fails (problems become notes).
 ProfileData read_segments(const std::string& raw_dir, const RunInfo& run);
+
+// A function is never called when its entry probe was on from its discovery to the end
+// and saw no call: no calls observed or estimated, no sample, no exit of any kind. Counts
+// them (per object) and, unless `list`, takes them out of d->functions: a big program
+// under --trace '*' finds tens of thousands that it never calls (java: 41,509 of 51,215,
+// 50 of the report's 68 MB). A function ever switched off, or off from the start (policy
+// none, out of the focus), stays listed: its calls may have gone unseen.
+void set_aside_never_called(ProfileData* d, bool list);
+bool never_called(const FunctionStats& s);
 
 // Statistics over merged counters: estimates, batch-means interval, percentiles, shares.
 void finish_stats(ProfileData* d, const RunInfo& run);

@@ -220,6 +220,8 @@ ProfileData read_segments(const std::string& raw_dir, const RunInfo& run) {
       // functions, a process hosting V8; a cyg function's exit hook is found when it first
       // runs) and the opt-in tail-call guard did not keep it off.
       s.exit_probe = s.exit_probe || ((f.flags & kFuncNoExit) == 0 && f.exit_probe != CROSSMOD_NO_PROBE);
+      s.always_on = s.always_on && f.offs == 0 && f.state == static_cast<std::uint64_t>(FnState::on) &&
+                    f.entry_probe != CROSSMOD_NO_PROBE;
       s.calls_observed += f.calls;
       s.samples += f.samples;
       s.raw_sum_ticks += f.raw_sum_ticks;
@@ -323,6 +325,28 @@ void finish_stats(ProfileData* d, const RunInfo& run) {
   std::stable_sort(d->functions.begin(), d->functions.end(), [](const FunctionStats& a, const FunctionStats& b) {
     return a.mean * a.calls_estimated > b.mean * b.calls_estimated;
   });
+}
+
+bool never_called(const FunctionStats& s) {
+  return s.always_on && s.calls_observed == 0 && s.calls_estimated == 0 && s.samples == 0 && s.blind_exits == 0 &&
+         s.discovery_exits == 0;
+}
+
+void set_aside_never_called(ProfileData* d, bool list) {
+  std::map<std::string, std::uint64_t> by_object;
+  std::vector<FunctionStats> kept;
+  for (FunctionStats& s : d->functions) {
+    if (never_called(s)) {
+      ++d->never_called;
+      ++by_object[s.object];
+      if (list) kept.push_back(std::move(s));
+    } else {
+      kept.push_back(std::move(s));
+    }
+  }
+  d->functions = std::move(kept);
+  d->never_called_listed = list;
+  d->never_called_by_object.assign(by_object.begin(), by_object.end());
 }
 
 namespace {
@@ -435,7 +459,7 @@ nlohmann::json report_json(const ProfileData& d, const RunInfo& run, const std::
               {"sys_s", run.sys_s},   {"tsc_hz", run.tsc_hz}, {"threads", d.threads},
               {"switch_detection", switch_detection(d)}};
   j["overhead"] = {{"probes", d.probes},
-                   {"functions", d.functions.size()},
+                   {"functions", d.functions.size() + (d.never_called_listed ? 0 : d.never_called)},
                    {"toggles", d.toggles},
                    {"toggles_per_s", run.wall_s > 0 ? static_cast<double>(d.toggles) / run.wall_s : 0.0},
                    {"samples", samples},
@@ -467,6 +491,9 @@ nlohmann::json report_json(const ProfileData& d, const RunInfo& run, const std::
                   {"active_probes", p.active_probes},
                   {"threads", p.threads}});
   j["timeline"] = tl;
+  json by_object = json::object();
+  for (const auto& [object, n] : d.never_called_by_object) by_object[object] = n;
+  j["never_called"] = {{"functions", d.never_called}, {"listed", d.never_called_listed}, {"by_object", by_object}};
   json fs = json::array();
   const bool sw = d.switch_detect;
   for (const FunctionStats& s : d.functions) {
@@ -581,7 +608,7 @@ std::string report_table(const ProfileData& d, const RunInfo& run, std::size_t t
   o += fmt::format("crossmod profile: policy {}, {} exit {}{}, wall {:.3f} s, cpu {:.3f} s, {} probes, {} functions\n",
                    run.policy.name, run.exit_kind, run.status,
                    run.signal ? fmt::format(" (signal {})", run.signal) : std::string(), run.wall_s, cpu_s, d.probes,
-                   d.functions.size());
+                   d.functions.size() + (d.never_called_listed ? 0 : d.never_called));
   o += fmt::format("  toggles {} ({:.0f}/s), samples {} ({:.0f}/s), instrumentation {:.2f}% of cpu, toggling {:.3f}%, "
                    "daemon thread {:.2f}%\n",
                    d.toggles, run.wall_s > 0 ? static_cast<double>(d.toggles) / run.wall_s : 0.0, samples,
@@ -599,6 +626,10 @@ std::string report_table(const ProfileData& d, const RunInfo& run, std::size_t t
                      s.has_ci ? fmt::format("{:.0f}", (s.ci_hi - s.ci_lo) / 2) : std::string("-"), s.p99,
                      100 * s.share, s.name);
   }
+  if (d.never_called > 0 && !d.never_called_listed)
+    o += fmt::format("  {} of the functions were never called (probe on the whole run, no call seen) and are not in "
+                     "the report's function list (--all-functions lists them)\n",
+                     d.never_called);
   for (const std::string& n : d.notes) o += "  note: " + n + "\n";
   for (const std::string& n : run.notes) o += "  note: " + n + "\n";
   return o;
