@@ -69,6 +69,11 @@ class FunctionStat:
     oncpu_samples: Optional[int] = None
     oncpu_mean_ticks: Optional[float] = None
     oncpu_mean_ci_ticks: Optional[tuple[float, float]] = None
+    # Since 2026-11-25 (optional): the systematic term (the part of the compensation made
+    # of calibrated constants, mean per sample) and the intervals widened by it.
+    mean_sys_ticks: Optional[float] = None
+    mean_bound_ticks: Optional[tuple[float, float]] = None
+    oncpu_mean_bound_ticks: Optional[tuple[float, float]] = None
 
 
 @dataclass
@@ -200,7 +205,10 @@ def _function(path: Path, i: int, f: Any) -> FunctionStat:
         switched_samples=_opt_count(path, where, f, "switched_samples"),
         oncpu_samples=_opt_count(path, where, f, "oncpu_samples"),
         oncpu_mean_ticks=_opt_num(path, where, f, "oncpu_mean_ticks"),
-        oncpu_mean_ci_ticks=_opt_interval(path, where, f, "oncpu_mean_ci_ticks", ordered=True))
+        oncpu_mean_ci_ticks=_opt_interval(path, where, f, "oncpu_mean_ci_ticks", ordered=True),
+        mean_sys_ticks=_opt_num(path, where, f, "mean_sys_ticks"),
+        mean_bound_ticks=_opt_interval(path, where, f, "mean_bound_ticks", ordered=True),
+        oncpu_mean_bound_ticks=_opt_interval(path, where, f, "oncpu_mean_bound_ticks", ordered=True))
 
 
 def load_profile(path: Path) -> Profile:
@@ -518,6 +526,8 @@ def accuracy(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
             mean = f.mean_ticks if f else None
             oncpu = f.oncpu_mean_ticks if f else None
             oci = f.oncpu_mean_ci_ticks if f else None
+            bound = f.mean_bound_ticks if f else None
+            obound = f.oncpu_mean_bound_ticks if f else None
             out.append({
                 "workload": r["workload"], "config": _config(r), "round": r["round"], "function": name,
                 "true_calls": t.calls, "calls_estimated": f.calls_estimated if f else None,
@@ -543,6 +553,10 @@ def accuracy(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 "true_busy_call_ticks": busy,
                 "oncpu_covers_busy_call": _covers(oci, busy),
                 "oncpu_meets_busy_to_call": _meets(oci, busy, call),
+                "sys_ticks": f.mean_sys_ticks if f else None,
+                "bound_covered": _covers(bound, t.mean_ticks),
+                "oncpu_bound_covers_unpreempted": _covers(obound, t.mean_unpreempted_ticks),
+                "oncpu_bound_covers_call": _covers(obound, call),
             })
     return out
 
@@ -743,7 +757,9 @@ def summarize_accuracy(acc: list[dict[str, Any]]) -> list[dict[str, Any]]:
     profiles without them): how many, how many with an interval, how many intervals cover
     the unpreempted true mean, how many within 10% of it, and the same against a whole
     call's true length (true_call_ticks), against it without the stalls in the spins
-    (true_busy_call_ticks), and how many intervals meet the range between the two."""
+    (true_busy_call_ticks), and how many intervals meet the range between the two; and how
+    many of the intervals widened by the systematic term (mean_bound_ticks,
+    oncpu_mean_bound_ticks) cover the true mean and the whole call's length."""
     groups: dict[tuple[str, str], list[dict]] = {}
     for a in acc:
         if a["true_mean_ticks"] is None:
@@ -765,7 +781,9 @@ def summarize_accuracy(acc: list[dict[str, Any]]) -> list[dict[str, Any]]:
                     "oncpu_covers_call": sum(1 for a in oncpu if a.get("oncpu_covers_call")),
                     "oncpu_within_10pct_call": sum(1 for a in oncpu if a.get("oncpu_within_10pct_call")),
                     "oncpu_covers_busy_call": sum(1 for a in oncpu if a.get("oncpu_covers_busy_call")),
-                    "oncpu_meets_busy_to_call": sum(1 for a in oncpu if a.get("oncpu_meets_busy_to_call"))})
+                    "oncpu_meets_busy_to_call": sum(1 for a in oncpu if a.get("oncpu_meets_busy_to_call")),
+                    "bound_covered": sum(1 for a in est if a.get("bound_covered")),
+                    "oncpu_bound_covers_call": sum(1 for a in oncpu if a.get("oncpu_bound_covers_call"))})
     return out
 
 

@@ -634,3 +634,42 @@ def test_median_ci_covers_the_median_in_simulation():
                 lo, hi = prof.median_ci([draw() for _ in range(n)])
                 hit += lo <= true_median <= hi
             assert hit / reps >= 0.95, (name, n, hit / reps)
+
+
+# ---------------------------------------------------------------------------- systematic term
+
+def test_bound_widens_the_interval_by_the_systematic_term(tmp_path):
+    # lab_a: estimate 1020 +- 10 misses the truth 1000; the systematic term 25 reaches it.
+    # lab_b: estimate 5400 +- 50 misses 5000 even with its term 100.
+    data = make_profile("paper", {"lab_a": (1020.0, 1010.0, 1030.0), "lab_b": (5400.0, 5350.0, 5450.0)},
+                        oncpu={"lab_a": (1020.0, 1010.0, 1030.0), "lab_b": (5400.0, 5350.0, 5450.0)},
+                        switch_detection="perf")
+    for f, sys in zip(data["functions"], (25.0, 100.0)):
+        lo, hi = f["mean_ci_ticks"]
+        f.update(mean_sys_ticks=sys, mean_bound_ticks=[lo - sys, hi + sys],
+                 oncpu_mean_bound_ticks=[lo - sys, hi + sys])
+    (tmp_path / "profile.json").write_text(json.dumps(data))
+    p = prof.load_profile(tmp_path)
+    a = p.by_name()["lab_a"]
+    assert a.mean_sys_ticks == 25.0 and a.mean_bound_ticks == (985.0, 1055.0)
+    truth = {n: prof.TruthFn(name=n, calls=10, mean_ticks=m, mean_unpreempted_ticks=m, spin_ticks=int(m) - 20,
+                             call_overhead_ticks=20.0)
+             for n, m in (("lab_a", 1000.0), ("lab_b", 5000.0))}
+    rows = [{"workload": "lab-cyg", "round": 0, "policy": "baseline", "label": "baseline", "_profile": None,
+             "_truth": truth},
+            {"workload": "lab-cyg", "round": 0, "policy": "paper", "label": "paper", "_profile": p, "_truth": truth}]
+    acc = {a["function"]: a for a in prof.accuracy(rows)}
+    assert acc["lab_a"]["covered"] is False and acc["lab_a"]["bound_covered"] is True
+    assert acc["lab_a"]["oncpu_bound_covers_call"] is True and acc["lab_a"]["sys_ticks"] == 25.0
+    assert acc["lab_b"]["covered"] is False and acc["lab_b"]["bound_covered"] is False
+    s = prof.summarize_accuracy(list(acc.values()))[0]
+    assert (s["covered"], s["bound_covered"], s["oncpu_bound_covers_call"]) == (0, 1, 1)
+    # Older files have none of the three: None, not False.
+    data2 = make_profile("paper", {"lab_a": (1020.0, 1010.0, 1030.0)})
+    (tmp_path / "profile.json").write_text(json.dumps(data2))
+    old = prof.load_profile(tmp_path).by_name()["lab_a"]
+    assert (old.mean_sys_ticks, old.mean_bound_ticks, old.oncpu_mean_bound_ticks) == (None, None, None)
+    data2["functions"][0]["mean_bound_ticks"] = [2.0, 1.0]
+    (tmp_path / "profile.json").write_text(json.dumps(data2))
+    with pytest.raises(InputError, match="low 2.0 above high 1.0"):
+        prof.load_profile(tmp_path)

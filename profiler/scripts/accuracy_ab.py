@@ -11,8 +11,10 @@ run of lab_truth.py) and then under `crossmod profile --policy P` of build A and
 build B for every policy (default paper,budget; 8 threads, 3,000 iterations each), A and
 B alternating and the order flipped every round. Each function's on-CPU estimate is
 compared with the whole call's truth (lab_truth.call_truth). Prints per build, provider
-and function the median over runs of estimate - truth (ticks) and of the interval's
-half-width, and per build how many intervals covered the truth. --by-policy: the same per
+and function the median over runs of estimate - truth (ticks), of the interval's
+half-width and of the systematic term (mean_sys_ticks), and how many intervals covered the
+truth without and with it; and per build how many intervals covered the truth (and, for builds that write
+it, how many intervals widened by the systematic term). --by-policy: the same per
 policy instead of per build (both builds' runs together; e.g. BUILD_A = BUILD_B and the
 policies full,paper: how each policy's intervals fare). A build given as DIR@K=V runs with
 K=V added to the profiled runs' environment: one build with a trial switch read from the
@@ -70,18 +72,29 @@ def main():
                                        check=True, stdout=subprocess.DEVNULL, env=envs[arm])
                         key = policy if by_policy else arm
                         for f, e, call, lo, hi in call_estimates(d + ".json", d + "/profile.json", f"{tmp}/base.json"):
+                            b = e.get("oncpu_mean_bound_ticks")
                             bias.setdefault((key, prov, f["name"]), []).append(
-                                (e["oncpu_mean_ticks"] - call, (hi - lo) / 2))
-                            c = cover.setdefault(key, [0, 0])
+                                (e["oncpu_mean_ticks"] - call, (hi - lo) / 2, lo <= call <= hi,
+                                 None if b is None else b[0] <= call <= b[1], e.get("mean_sys_ticks")))
+                            c = cover.setdefault(key, [0, 0, 0, 0])
                             c[0] += lo <= call <= hi
                             c[1] += 1
+                            if b is not None:  # the interval widened by the systematic term
+                                c[2] += b[0] <= call <= b[1]
+                                c[3] += 1
             print(f"round {r + 1}/{rounds} done", file=sys.stderr)
-    print(f"{'policy' if by_policy else 'build'} provider function        est-truth  half-width  (median ticks over runs)")
+    print(f"{'policy' if by_policy else 'build'} provider function        est-truth  half-width  sys"
+          "  (median ticks over runs)  covered  covered with sys")
     for (key, prov, name), v in sorted(bias.items()):
+        sys_v = [x[4] for x in v if x[4] is not None]
+        bound = [x[3] for x in v if x[3] is not None]
         print(f"{key:8} {prov:8} {name:15} {statistics.median(x[0] for x in v):+9.0f} "
-              f"{statistics.median(x[1] for x in v):10.0f}   n={len(v)}")
-    for key, (k, n) in sorted(cover.items()):
-        print(f"{key}: {key if by_policy else builds[key]}: intervals covering the call's truth {k}/{n}")
+              f"{statistics.median(x[1] for x in v):10.0f} {statistics.median(sys_v) if sys_v else float('nan'):5.0f}"
+              f"   n={len(v):<4} {sum(x[2] for x in v):3}/{len(v):<3} "
+              f"{f'{sum(bound)}/{len(bound)}' if bound else '-'}")
+    for key, (k, n, kb, nb) in sorted(cover.items()):
+        bound = f"; with the systematic term (oncpu_mean_bound_ticks) {kb}/{nb}" if nb else ""
+        print(f"{key}: {key if by_policy else builds[key]}: intervals covering the call's truth {k}/{n}{bound}")
 
 
 if __name__ == "__main__":

@@ -163,6 +163,7 @@ struct Frame {
   std::uint64_t seq;
   std::int64_t nest;  // Tls::nest at the entry, before this call's own share
   std::uint64_t cold;  // Tls::cold after the entry's own check
+  std::uint64_t hits;  // Tls::hits before the entry's own charge
 };
 constexpr std::uint32_t kFrames = 64;
 constexpr std::uint64_t kSeqUnknown = ~std::uint64_t{0};
@@ -187,6 +188,7 @@ struct Tls {
   // the exit takes off what its callees added (see Header::nest_ticks).
   std::int64_t nest;
   std::uint64_t cold;  // first runs of just-activated sites by this thread (see cold_samples)
+  std::uint64_t hits;  // hits charged (finish): each added calib_ticks to instr_ticks
   std::uint32_t index;
   std::uint32_t depth;
   bool registered;
@@ -416,6 +418,7 @@ inline void finish(Tls& t, FuncRecord& f, std::uint64_t t0) noexcept {
   }
   const std::uint64_t cost = spent + g_hdr->calib_ticks;
   add(t.rec->instr_ticks, cost);
+  ++t.hits;
   if (budget) {
     t.spent += cost;
     t.pending += cost;
@@ -490,7 +493,7 @@ void on_entry(cp::ProbeId id, std::uint64_t tsc) noexcept {
   if (!entry_only) {
     if (t.frames != nullptr && t.depth < kFrames)
       t.frames[t.depth++] = {tsc, A(t.rec->instr_ticks).load(std::memory_order_relaxed) - (t0 > tsc ? t0 - tsc : 0),
-                             switch_seq(t), t.nest, t.cold};
+                             switch_seq(t), t.nest, t.cold, t.hits};
     t.nest += g_nest[f.provider & 3];
   }
   const std::uint64_t before = A(f.calls).fetch_add(1, std::memory_order_relaxed);
@@ -539,6 +542,11 @@ void on_exit(cp::ProbeId id, std::uint64_t tsc) noexcept {
       const std::int64_t nested = t.nest - fr->nest - g_nest[f.provider & 3];
       const std::int64_t net = left - g_self[f.provider & 3] - nested;
       d = net > 0 ? static_cast<std::uint64_t>(net) : 0;
+      // What of that came from constants: the hits' calib_ticks (inside instr_now - fr->instr),
+      // self and the callees' nest. Summed signed (two's complement).
+      const std::int64_t fixed =
+          static_cast<std::int64_t>((t.hits - fr->hits) * g_hdr->calib_ticks) + g_self[f.provider & 3] + nested;
+      add(f.fixed_sum, static_cast<std::uint64_t>(fixed));
     } else {
       add(f.uncompensated, 1);
     }

@@ -984,6 +984,35 @@ TEST(ProfileReport, LeavesOutFunctionsNeverCalled) {
   EXPECT_EQ(z["never_called"]["functions"].get<double>(), 0.0);
 }
 
+// The systematic term: a leaf's every compensated sample took off its entry hit's
+// calib_ticks and self_ticks, and nothing for callees, so its mean_sys_ticks is exactly
+// |calib_ticks_per_hit + self_ticks| of its provider, and the bound is the interval widened
+// by it on both sides.
+TEST(ProfileReport, SystematicTermOfALeafIsItsConstants) {
+  for (const auto& [prog, provider] :
+       {std::pair{std::string(PROF_MT_PFE), "patchable"}, std::pair{std::string(PROF_MT_CYG), "cyg"}}) {
+    const Outcome r = crossmod(std::string("sys-") + provider, "--quiet --policy paper -- " + prog + " 2 200000");
+    ASSERT_EQ(r.status, 0) << r.err;
+    const json j = report(r);
+    const json& o = j["overhead"];
+    ASSERT_TRUE(o["self_ticks"][provider].is_number_integer()) << o.dump();
+    const double expect = std::abs(o["calib_ticks_per_hit"].get<double>() + o["self_ticks"][provider].get<double>());
+    const json* a = function(j, kLeafA);
+    ASSERT_NE(a, nullptr);
+    ASSERT_GT((*a)["samples"].get<double>(), (*a)["uncompensated_samples"].get<double>());
+    EXPECT_DOUBLE_EQ((*a)["mean_sys_ticks"].get<double>(), expect) << provider << " " << a->dump();
+    ASSERT_TRUE((*a)["mean_ci_ticks"].is_array()) << a->dump();
+    EXPECT_DOUBLE_EQ((*a)["mean_bound_ticks"][0].get<double>(), (*a)["mean_ci_ticks"][0].get<double>() - expect);
+    EXPECT_DOUBLE_EQ((*a)["mean_bound_ticks"][1].get<double>(), (*a)["mean_ci_ticks"][1].get<double>() + expect);
+    if ((*a)["oncpu_mean_ci_ticks"].is_array()) {
+      EXPECT_DOUBLE_EQ((*a)["oncpu_mean_bound_ticks"][1].get<double>(),
+                       (*a)["oncpu_mean_ci_ticks"][1].get<double>() + expect);
+    }
+    const std::string csv = slurp(r.dir / "profile.csv");
+    EXPECT_NE(csv.find(",mean_sys_ticks\n"), std::string::npos);
+  }
+}
+
 TEST(ProfileBadInput, ExitsTwoAndWritesNothing) {
   const std::string prog = PROF_MT_CYG;
   const std::string bad_metrics = (fs::temp_directory_path() / ("crossmod-bad-" + std::to_string(getpid()) + ".toml")).string();

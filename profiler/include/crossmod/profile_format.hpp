@@ -12,11 +12,11 @@
 namespace crossmod::profile {
 
 inline constexpr char kMagic[8] = {'C', 'M', 'P', 'R', 'O', 'F', '1', '\0'};
-inline constexpr std::uint32_t kVersion = 8;  // 2: compensated samples, context-switch split; 3: nest_ticks;
+inline constexpr std::uint32_t kVersion = 9;  // 2: compensated samples, context-switch split; 3: nest_ticks;
                                               // 4: cold samples, per-window call estimate;
                                               // 5: daemon_cpu_ns; 6: refusals; 7: histograms
                                               // apart from the records; 8: records in lines,
-                                              // walks/walked
+                                              // walks/walked; 9: fixed_sum
 // Latency histogram: 4 buckets per power of two ("log2-ish"), up to 2^kHistOctaves ticks.
 inline constexpr unsigned kHistSub = 4;
 inline constexpr unsigned kHistOctaves = 48;
@@ -189,7 +189,12 @@ struct alignas(64) FuncRecord {
   std::uint64_t cold_sum_ticks;
   std::uint32_t name_off;       // offsets into the string area (NUL-terminated)
   std::uint32_t object_off;
-  std::uint64_t reserved;
+  // The part of the compensation made of calibrated constants, summed over the samples
+  // with their entry frame (int64 in two's complement): per sample calib_ticks x the hits
+  // charged inside the interval + self_ticks + the callees' nest_ticks. The report takes
+  // its mean as the estimate's systematic term (mean_sys_ticks): constants measured hot at
+  // start-up, known to move run to run by about their own size.
+  std::uint64_t fixed_sum;
   // Line 5: batch means of the samples known to have run without a context switch (on
   // CPU) and not cold (daemon only).
   Batches oncpu;

@@ -65,6 +65,14 @@ struct FunctionStats {
   std::uint64_t sw_samples = 0, unk_samples = 0;  // switched out during the call / unknown
   std::uint64_t cold_samples = 0;  // a site run for the first time since switched on (FuncRecord)
   double calls_estimated = 0, active_ticks = 0, run_ticks = 0;
+  // FuncRecord::fixed_sum over the compensated samples (samples - uncompensated). sys():
+  // the mean of it, unsigned, the systematic term of the intervals (mean_sys_ticks).
+  std::int64_t fixed_sum = 0;
+  bool has_sys() const { return samples > uncompensated; }
+  double sys() const {
+    const double m = has_sys() ? static_cast<double>(fixed_sum) / static_cast<double>(samples - uncompensated) : 0.0;
+    return m < 0 ? -m : m;
+  }
   double mean = 0, ci_lo = 0, ci_hi = 0, p50 = 0, p99 = 0, share = 0;
   bool has_ci = false, converged = false, exit_probe = true;
   // In every image: an entry probe that was on from the function's discovery to the end

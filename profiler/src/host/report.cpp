@@ -226,6 +226,7 @@ ProfileData read_segments(const std::string& raw_dir, const RunInfo& run) {
       s.samples += f.samples;
       s.raw_sum_ticks += f.raw_sum_ticks;
       s.uncompensated += f.uncompensated;
+      s.fixed_sum += static_cast<std::int64_t>(f.fixed_sum);
       s.blind_exits += f.blind_exits;
       s.discovery_exits += f.discovery_exits;
       s.sw_samples += f.sw_samples;
@@ -518,6 +519,12 @@ nlohmann::json report_json(const ProfileData& d, const RunInfo& run, const std::
                   {"oncpu_samples", sw ? json(s.oncpu.n) : json()},
                   {"oncpu_mean_ticks", on ? json(s.oncpu.mean) : json()},
                   {"oncpu_mean_ci_ticks", on && s.oncpu.has_ci ? json::array({s.oncpu.lo, s.oncpu.hi}) : json()},
+                  {"mean_sys_ticks", s.has_sys() ? json(s.sys()) : json()},
+                  {"mean_bound_ticks",
+                   s.has_ci && s.has_sys() ? json::array({s.ci_lo - s.sys(), s.ci_hi + s.sys()}) : json()},
+                  {"oncpu_mean_bound_ticks", on && s.oncpu.has_ci && s.has_sys()
+                                                 ? json::array({s.oncpu.lo - s.sys(), s.oncpu.hi + s.sys()})
+                                                 : json()},
                   {"p50_ticks", s.samples ? json(s.p50) : json()},
                   {"p99_ticks", s.samples ? json(s.p99) : json()},
                   {"share", s.share},
@@ -569,18 +576,19 @@ std::string report_csv(const ProfileData& d) {
   std::string o =
       "name,object,address,provider,calls_observed,calls_estimated,samples,mean_ticks,mean_ci_lo_ticks,"
       "mean_ci_hi_ticks,p50_ticks,p99_ticks,share,converged,raw_mean_ticks,switched_samples,oncpu_samples,"
-      "oncpu_mean_ticks,oncpu_mean_lo_ticks,oncpu_mean_hi_ticks,cold_samples\n";
+      "oncpu_mean_ticks,oncpu_mean_lo_ticks,oncpu_mean_hi_ticks,cold_samples,mean_sys_ticks\n";
   for (const FunctionStats& s : d.functions) {
     auto num = [](bool ok, double v) { return ok ? fmt::format("{:.6g}", v) : std::string(); };
     auto cnt = [](bool ok, std::uint64_t v) { return ok ? std::to_string(v) : std::string(); };
     const bool sw = d.switch_detect, on = sw && s.oncpu.n > 0;
-    o += fmt::format("{},{},{:#x},{},{},{:.6g},{},{},{},{},{},{},{:.6g},{},{},{},{},{},{},{},{}\n", csv_field(s.name),
+    o += fmt::format("{},{},{:#x},{},{},{:.6g},{},{},{},{},{},{},{:.6g},{},{},{},{},{},{},{},{},{}\n", csv_field(s.name),
                      csv_field(s.object), s.address, s.provider, s.calls_observed, s.calls_estimated, s.samples,
                      num(s.samples > 0, s.mean), num(s.has_ci, s.ci_lo), num(s.has_ci, s.ci_hi),
                      num(s.samples > 0, s.p50), num(s.samples > 0, s.p99), s.share, s.converged ? 1 : 0,
                      num(s.samples > 0, s.samples ? static_cast<double>(s.raw_sum_ticks) / static_cast<double>(s.samples) : 0),
                      cnt(sw, s.sw_samples), cnt(sw, s.oncpu.n), num(on, s.oncpu.mean),
-                     num(on && s.oncpu.has_ci, s.oncpu.lo), num(on && s.oncpu.has_ci, s.oncpu.hi), s.cold_samples);
+                     num(on && s.oncpu.has_ci, s.oncpu.lo), num(on && s.oncpu.has_ci, s.oncpu.hi), s.cold_samples,
+                     num(s.has_sys(), s.sys()));
   }
   return o;
 }
@@ -616,15 +624,15 @@ std::string report_table(const ProfileData& d, const RunInfo& run, std::size_t t
                    cpu_s > 0 ? 100.0 * static_cast<double>(d.instr_ticks) / (cpu_s * run.tsc_hz) : 0.0,
                    cpu_s > 0 ? 100.0 * static_cast<double>(d.toggle_ticks) / (cpu_s * run.tsc_hz) : 0.0,
                    cpu_s > 0 ? 100.0 * static_cast<double>(d.daemon_cpu_ns) / 1e9 / cpu_s : 0.0);
-  o += fmt::format("  {:>12} {:>14} {:>9} {:>12} {:>10} {:>12} {:>7}  {}\n", "calls_obs", "calls_est", "samples",
-                   "mean_ticks", "+-95%", "p99_ticks", "share", "function");
+  o += fmt::format("  {:>12} {:>14} {:>9} {:>12} {:>10} {:>8} {:>12} {:>7}  {}\n", "calls_obs", "calls_est",
+                   "samples", "mean_ticks", "+-95%", "+-sys", "p99_ticks", "share", "function");
   std::size_t k = 0;
   for (const FunctionStats& s : d.functions) {
     if (k++ >= top) break;
-    o += fmt::format("  {:>12} {:>14.0f} {:>9} {:>12.0f} {:>10} {:>12.0f} {:>6.2f}%  {}\n", s.calls_observed,
+    o += fmt::format("  {:>12} {:>14.0f} {:>9} {:>12.0f} {:>10} {:>8} {:>12.0f} {:>6.2f}%  {}\n", s.calls_observed,
                      s.calls_estimated, s.samples, s.mean,
-                     s.has_ci ? fmt::format("{:.0f}", (s.ci_hi - s.ci_lo) / 2) : std::string("-"), s.p99,
-                     100 * s.share, s.name);
+                     s.has_ci ? fmt::format("{:.0f}", (s.ci_hi - s.ci_lo) / 2) : std::string("-"),
+                     s.has_sys() ? fmt::format("{:.0f}", s.sys()) : std::string("-"), s.p99, 100 * s.share, s.name);
   }
   if (d.never_called > 0 && !d.never_called_listed)
     o += fmt::format("  {} of the functions were never called (probe on the whole run, no call seen) and are not in "
