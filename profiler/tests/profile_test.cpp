@@ -947,7 +947,7 @@ TEST(ProfileWalk, SkipsFunctionsWithoutCalls) {
 // prof_many_pfe calls 10 of its 1,000 functions. The other 990 were on the whole run and
 // saw no call: counted, not listed (unless --all-functions). Under none they were off from
 // the start, so they may have been called: listed.
-TEST(ProfileReport, LeavesOutFunctionsNeverCalled) {
+TEST(ProfileNeverCalled, LeftOutOfTheReport) {
   const std::string never = "(anonymous namespace)::step_999(unsigned long)";
   const std::string called = "(anonymous namespace)::step_009(unsigned long)";
   for (const char* policy : {"paper", "budget", "full"}) {
@@ -988,7 +988,7 @@ TEST(ProfileReport, LeavesOutFunctionsNeverCalled) {
 // calib_ticks and self_ticks, and nothing for callees, so its mean_sys_ticks is exactly
 // |calib_ticks_per_hit + self_ticks| of its provider, and the bound is the interval widened
 // by it on both sides.
-TEST(ProfileReport, SystematicTermOfALeafIsItsConstants) {
+TEST(ProfileSystematic, ALeafsTermIsItsConstants) {
   for (const auto& [prog, provider] :
        {std::pair{std::string(PROF_MT_PFE), "patchable"}, std::pair{std::string(PROF_MT_CYG), "cyg"}}) {
     const Outcome r = crossmod(std::string("sys-") + provider, "--quiet --policy paper -- " + prog + " 2 200000");

@@ -133,6 +133,81 @@ TEST(ProfileReport, CsvQuotesNames) {
   EXPECT_NE(csv.find("\"std::pair<int, int> f(\"\"x\"\")\",\"/a,b/app\""), std::string::npos) << csv;
 }
 
+// Only a function on the whole run with nothing seen is set aside; one ever off, or with
+// any call, sample or exit, stays. Counted per object either way; listed with `list`.
+TEST(ProfileReport, SetsAsideOnlyFunctionsCertainlyNeverCalled) {
+  const auto make = [](const char* name, const char* object) {
+    FunctionStats f;
+    f.name = name;
+    f.object = object;
+    f.hist.assign(kHistBuckets, 0);
+    return f;
+  };
+  ProfileData d;
+  d.functions.push_back(make("idle_a", "/lib/a.so"));
+  d.functions.push_back(make("idle_b", "/lib/a.so"));
+  d.functions.push_back(make("idle_c", "/bin/app"));
+  FunctionStats off = make("was_off", "/bin/app");
+  off.always_on = false;
+  d.functions.push_back(off);
+  FunctionStats called = make("called", "/bin/app");
+  called.calls_observed = 1;
+  d.functions.push_back(called);
+  FunctionStats estimated = make("estimated", "/bin/app");
+  estimated.calls_estimated = 0.5;
+  d.functions.push_back(estimated);
+  FunctionStats exited = make("exited", "/bin/app");
+  exited.blind_exits = 1;
+  d.functions.push_back(exited);
+  ProfileData listed = d;
+  set_aside_never_called(&d, false);
+  ASSERT_EQ(d.functions.size(), 4u);
+  EXPECT_EQ(d.functions[0].name, "was_off");
+  EXPECT_EQ(d.never_called, 3u);
+  EXPECT_FALSE(d.never_called_listed);
+  ASSERT_EQ(d.never_called_by_object.size(), 2u);
+  EXPECT_EQ(d.never_called_by_object[0], (std::pair<std::string, std::uint64_t>{"/bin/app", 1}));
+  EXPECT_EQ(d.never_called_by_object[1], (std::pair<std::string, std::uint64_t>{"/lib/a.so", 2}));
+  const nlohmann::json j = report_json(d, RunInfo{}, {});
+  EXPECT_EQ(j["overhead"]["functions"], 7);
+  EXPECT_EQ(j["never_called"]["functions"], 3);
+  EXPECT_EQ(j["never_called"]["by_object"]["/lib/a.so"], 2);
+  EXPECT_EQ(report_csv(d).find("idle_a"), std::string::npos);
+  EXPECT_NE(report_table(d, RunInfo{}, 20).find("3 of the functions were never called"), std::string::npos);
+  set_aside_never_called(&listed, true);
+  EXPECT_EQ(listed.functions.size(), 7u);
+  EXPECT_EQ(listed.never_called, 3u);
+  EXPECT_EQ(report_json(listed, RunInfo{}, {})["overhead"]["functions"], 7);
+}
+
+// mean_sys_ticks: the mean constant part over the compensated samples, unsigned; the
+// bound widens the interval by it.
+TEST(ProfileReport, SystematicTermAndBound) {
+  ProfileData d;
+  FunctionStats f;
+  f.name = "f";
+  f.hist.assign(kHistBuckets, 0);
+  f.samples = 12;
+  f.uncompensated = 2;
+  f.fixed_sum = -300;  // 10 compensated samples: -30 each
+  f.mean = 500;
+  f.has_ci = true;
+  f.ci_lo = 490;
+  f.ci_hi = 510;
+  d.functions.push_back(f);
+  FunctionStats raw = f;
+  raw.name = "raw";
+  raw.uncompensated = raw.samples;  // no frame found: no term, no bound
+  d.functions.push_back(raw);
+  EXPECT_DOUBLE_EQ(d.functions[0].sys(), 30.0);
+  const nlohmann::json j = report_json(d, RunInfo{}, {});
+  EXPECT_EQ(j["functions"][0]["mean_sys_ticks"], 30.0);
+  EXPECT_EQ(j["functions"][0]["mean_bound_ticks"], nlohmann::json::array({460.0, 540.0}));
+  EXPECT_TRUE(j["functions"][1]["mean_sys_ticks"].is_null());
+  EXPECT_TRUE(j["functions"][1]["mean_bound_ticks"].is_null());
+  EXPECT_NE(report_csv(d).find(",30\n"), std::string::npos) << report_csv(d);
+}
+
 TEST(ProfileReport, MissingAndCorruptSegmentsAreNotes) {
   const fs::path dir = fs::temp_directory_path() / ("crossmod-seg-" + std::to_string(getpid()));
   fs::remove_all(dir);
