@@ -1,16 +1,23 @@
 // Shared plumbing of the `crossmod bench` suites (see bench_support.hpp).
 // Thread safety: patcher-thread only, except Executors::loop, which runs on executor
 // threads and shares only atomics and its own cache-line-sized slot with the patcher.
+// Signal safety: on_executor_fault is async-signal-safe (a TLS pointer, a relaxed atomic
+// add, sigaction, siglongjmp; errno saved).
 #include "bench_support.hpp"
 
 #include <fmt/core.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <sys/mman.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <ctime>
 #include <map>
+#include <mutex>
 #include <stdexcept>
 #include <utility>
 
@@ -144,6 +151,78 @@ double thread_cpu_seconds() {
   clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
   return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
 }
+
+// Fault recovery. The stress site's torn mixes all fault (invalid opcode, or a call into
+// its PROT_NONE window), so a tear during a wordpatch benchmark used to kill `crossmod
+// bench` with SIGILL or SIGSEGV: seen on the Xeon guest (2026-11-27) at a Tmax of 4700
+// ticks whose soak had torn too. Only executor threads recover; a fault anywhere else
+// gets the disposition that was in place before ours.
+struct Recovery {
+  sigjmp_buf env;
+  std::atomic<std::uint64_t>* faults = nullptr;
+};
+thread_local Recovery* t_recovery = nullptr;
+constexpr int kFaultSignals[] = {SIGILL, SIGSEGV, SIGBUS};
+struct sigaction g_prev_fault[3];  // written once before our handlers go in, then read-only
+
+void on_executor_fault(int sig, siginfo_t*, void*) {
+  const int saved_errno = errno;
+  Recovery* r = t_recovery;
+  if (r == nullptr) {
+    // Not an executor: put back what was there and return; the faulting instruction runs
+    // again and meets it (by default, the process dies as it would have without us).
+    for (std::size_t i = 0; i < std::size(kFaultSignals); ++i)
+      if (kFaultSignals[i] == sig) sigaction(sig, &g_prev_fault[i], nullptr);
+    errno = saved_errno;
+    return;
+  }
+  r->faults->fetch_add(1, std::memory_order_relaxed);
+  errno = saved_errno;
+  siglongjmp(r->env, 1);
+}
+
+bool install_fault_handlers(std::string* err) {
+  static std::once_flag once;
+  static int error = 0;
+  std::call_once(once, [] {
+    for (std::size_t i = 0; i < std::size(kFaultSignals); ++i)
+      if (sigaction(kFaultSignals[i], nullptr, &g_prev_fault[i]) != 0) error = errno;
+    struct sigaction sa {};
+    sa.sa_sigaction = on_executor_fault;
+    sa.sa_flags = SA_SIGINFO | SA_ONSTACK;
+    sigemptyset(&sa.sa_mask);
+    for (int sig : kFaultSignals)
+      if (error == 0 && sigaction(sig, &sa, nullptr) != 0) error = errno;
+  });
+  if (error != 0 && err) *err = fmt::format("sigaction: {}", std::strerror(error));
+  return error == 0;
+}
+
+// The handler runs here: a torn call may have just pushed onto the executor's own stack.
+class AltStack {
+ public:
+  AltStack() {
+    p_ = mmap(nullptr, kSize, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p_ == MAP_FAILED) return;
+    stack_t ss{};
+    ss.ss_sp = p_;
+    ss.ss_size = kSize;
+    sigaltstack(&ss, nullptr);
+  }
+  ~AltStack() {
+    if (p_ == MAP_FAILED) return;
+    stack_t ss{};
+    ss.ss_flags = SS_DISABLE;
+    sigaltstack(&ss, nullptr);
+    munmap(p_, kSize);
+  }
+  AltStack(const AltStack&) = delete;
+  AltStack& operator=(const AltStack&) = delete;
+
+ private:
+  static constexpr std::size_t kSize = 64 * 1024;
+  void* p_ = MAP_FAILED;
+};
 }  // namespace
 
 bool Executors::start(unsigned n, std::vector<StressSite::EntryFn> entries,
@@ -151,6 +230,7 @@ bool Executors::start(unsigned n, std::vector<StressSite::EntryFn> entries,
   stop();
   n_ = 0;
   if (n == 0) return true;
+  if (!install_fault_handlers(err)) return false;
   entries_ = std::move(entries);
   slots_ = std::make_unique<Slot[]>(n);
   n_ = n;
@@ -193,9 +273,22 @@ void Executors::loop(unsigned index, int pu) {
     }
   }
   const double cpu0 = thread_cpu_seconds();
+  AltStack alt;
+  Recovery rec;
+  rec.faults = &slot.faults;
+  t_recovery = &rec;
+  // A fault comes back here and spins again. Nothing of this frame changes between
+  // sigsetjmp and siglongjmp: the counts live in spin()'s frame, then in the slot.
+  (void)sigsetjmp(rec.env, 1);
+  spin(slot);
+  t_recovery = nullptr;
+  slot.cpu_s = thread_cpu_seconds() - cpu0;
+}
+
+[[gnu::noinline]] void Executors::spin(Slot& slot) noexcept {
   std::uint64_t calls = 0, a = 0;
   const std::size_t k = entries_.size();
-  bool announced = held;
+  bool announced = slot.running.load(std::memory_order_relaxed);
   for (;;) {
     for (std::size_t i = 0; i < k; ++i) a += static_cast<std::uint64_t>(entries_[i]() == 1);
     calls += k;
@@ -205,9 +298,8 @@ void Executors::loop(unsigned index, int pu) {
     }
     if (stop_.load(std::memory_order_relaxed)) break;
   }
-  slot.calls = calls;
-  slot.state_a = a;
-  slot.cpu_s = thread_cpu_seconds() - cpu0;
+  slot.calls += calls;
+  slot.state_a += a;
 }
 
 void Executors::stop() noexcept {
@@ -228,6 +320,13 @@ std::uint64_t Executors::state_a() const noexcept {
   std::uint64_t c = 0;
   if (slots_)
     for (unsigned i = 0; i < n_; ++i) c += slots_[i].state_a;
+  return c;
+}
+
+std::uint64_t Executors::faults() const noexcept {
+  std::uint64_t c = 0;
+  if (slots_)
+    for (unsigned i = 0; i < n_; ++i) c += slots_[i].faults.load(std::memory_order_relaxed);
   return c;
 }
 

@@ -95,6 +95,11 @@ std::size_t write_latency_csv(const std::string& path);
 // Executors: n threads pinned to placement(n).executor_pus, each calling `entries`
 // round-robin until stop(). Counting is local to each thread and published at stop, so
 // the loop costs one relaxed load per round beyond the calls themselves.
+// A torn site (the machine tore at the configured Tmax) faults the executor: SIGILL,
+// SIGSEGV or SIGBUS on an executor thread is counted (faults()) and the thread goes back
+// to its loop (siglongjmp from a handler on an alternate stack) instead of killing the
+// bench; the calls of the stretch it was in are not counted. The handlers are installed
+// once and chain a fault on any other thread to the disposition they replaced.
 class Executors {
  public:
   Executors() = default;
@@ -112,6 +117,7 @@ class Executors {
 
   std::uint64_t calls() const noexcept;    // after stop()
   std::uint64_t state_a() const noexcept;  // calls that returned 1 (the call ran)
+  std::uint64_t faults() const noexcept;   // torn-site faults the executors survived, after stop()
   // CPU time the executor threads got while calling (CLOCK_THREAD_CPUTIME_ID), after
   // stop(). On a shared machine, calls / cpu_seconds is robust to descheduling where
   // calls / wall seconds is not.
@@ -125,9 +131,11 @@ class Executors {
     std::atomic<bool> pin_failed{false};
     std::uint64_t calls = 0;
     std::uint64_t state_a = 0;
+    std::atomic<std::uint64_t> faults{0};  // added by this executor's fault handler
     double cpu_s = 0;
   };
   void loop(unsigned index, int pu);
+  void spin(Slot& slot) noexcept;  // the calls, until stop; adds its counts to the slot
 
   std::vector<StressSite::EntryFn> entries_;
   std::unique_ptr<Slot[]> slots_;

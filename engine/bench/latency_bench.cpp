@@ -135,6 +135,7 @@ void bm_wordpatch_inline(benchmark::State& st, const Spec& spec, bool activate) 
     rec.add(t1 - t0);
   }
   ex.stop();
+  st.counters["executor_faults"] = static_cast<double>(ex.faults());
   fx->at_a = activate;
   rec.publish(st);
 }
@@ -171,6 +172,7 @@ void bm_straddle(benchmark::State& st, const Spec& spec, WaitPolicy policy) {
     rec.add(t1 - t0);
   }
   ex.stop();
+  st.counters["executor_faults"] = static_cast<double>(ex.faults());
   rec.publish(st);
   st.counters["executor_traps"] = static_cast<double>(engine_traps() - traps0);
 }
@@ -217,6 +219,7 @@ void bm_async_batch(benchmark::State& st, const Spec& spec) {
     ++batches;
   }
   ex.stop();
+  st.counters["executor_faults"] = static_cast<double>(ex.faults());
   rec.publish(st);
   if (batches) st.counters["ticks_batch_mean"] = batch_sum / static_cast<double>(batches);
   st.counters["executor_traps"] = static_cast<double>(engine_traps() - traps0);
@@ -246,6 +249,7 @@ void bm_callpatch(benchmark::State& st, const Spec& spec) {
     rec.add(t1 - t0);
   }
   ex.stop();
+  st.counters["executor_faults"] = static_cast<double>(ex.faults());
   rec.publish(st);
 }
 
@@ -324,6 +328,7 @@ void bm_stop_the_world(benchmark::State& st, const Spec& spec) {
     rec.add(t1 - t0);
   }
   ex.stop();
+  st.counters["executor_faults"] = static_cast<double>(ex.faults());
   rec.publish(st);
 }
 
@@ -448,6 +453,7 @@ void bm_mprotect_callpatch(benchmark::State& st, const Spec& spec, bool raw) {
     rec.add(t1 - t0);
   }
   ex.stop();
+  st.counters["executor_faults"] = static_cast<double>(ex.faults());
   rec.publish(st);
 }
 

@@ -106,7 +106,7 @@ void bm_throughput(benchmark::State& st, const Spec& spec) {
   const std::uint64_t period =
       spec.rate_hz ? std::max<std::uint64_t>(1, static_cast<std::uint64_t>(hz / static_cast<double>(spec.rate_hz)))
                    : 0;
-  std::uint64_t calls = 0, state_a = 0, toggles = 0, ticks = 0;
+  std::uint64_t calls = 0, state_a = 0, toggles = 0, ticks = 0, faults = 0;
   double executor_cpu_s = 0;
   const trap::Stats traps0 = trap::stats();
   Status bad = Status::ok;
@@ -133,6 +133,7 @@ void bm_throughput(benchmark::State& st, const Spec& spec) {
       ticks += dt;
       calls += ex.calls();
       state_a += ex.state_a();
+      faults += ex.faults();
       executor_cpu_s += ex.cpu_seconds();
       const double per_s = static_cast<double>(ex.calls()) / (static_cast<double>(dt) / hz);
       const double per_cpu = ex.cpu_seconds() > 0 ? static_cast<double>(ex.calls()) / ex.cpu_seconds() : 0;
@@ -181,6 +182,7 @@ void bm_throughput(benchmark::State& st, const Spec& spec) {
     ticks += x86::rdtsc() - t0;
     calls += ex.calls();
     state_a += ex.state_a();
+    faults += ex.faults();
     executor_cpu_s += ex.cpu_seconds();
     if (bad != Status::ok) {
       st.SkipWithError(status_message("toggle", bad).c_str());
@@ -212,6 +214,7 @@ void bm_throughput(benchmark::State& st, const Spec& spec) {
   // Executions that met a locked wordpatch site and waited in the engine's trap handler.
   st.counters["executor_traps"] = static_cast<double>(
       (traps1.locked_hits - traps0.locked_hits) + (traps1.late_hits - traps0.late_hits));
+  st.counters["executor_faults"] = static_cast<double>(faults);  // torn sites survived (Executors)
 
   const std::string key = fmt::format("{}/{}", name_of(spec.protocol), spec.executors);
   const double f = calls ? a / static_cast<double>(calls) : 0.0;
