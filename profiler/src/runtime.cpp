@@ -59,6 +59,7 @@ inline std::atomic_ref<T> A(T& v) noexcept {
 inline void add(std::uint64_t& v, std::uint64_t d) noexcept {
   A(v).fetch_add(d, std::memory_order_relaxed);
 }
+inline std::uint64_t ld(std::uint64_t& v) noexcept { return A(v).load(std::memory_order_relaxed); }
 
 // Stderr only: the profiler never writes to the program's stdout.
 void warn(const char* what) noexcept {
@@ -937,7 +938,6 @@ void fold(Batches& b, std::uint64_t n, std::uint64_t s) noexcept {
 // The counters are read one by one while threads add to them: a batch can be off by the
 // samples that landed in between; the next fold takes them.
 void fold(FuncRecord& f) noexcept {
-  const auto ld = [](std::uint64_t& v) { return A(v).load(std::memory_order_relaxed); };
   const std::uint64_t n = ld(f.samples);
   // No sample since the last fold (most functions at most ticks): neither batch has one,
   // and the walk reads no more of the record (lines 0 and 2). An on-CPU sample's split
@@ -950,9 +950,13 @@ void fold(FuncRecord& f) noexcept {
   if (n >= off_n && s >= off_s) fold(f.oncpu, n - off_n, s - off_s);
 }
 
-// Relative half-width of the mean's ~95% interval (ratio estimator over batches; a normal
-// quantile is enough for a stopping rule; the launcher reports the t interval).
-bool narrow_enough(const FuncRecord& f) noexcept {
+// Whether the mean's ~95% interval (ratio estimator over batches; a normal quantile is
+// enough for a stopping rule; the launcher reports the t interval) is narrow enough: its
+// half-width under --ci of the mean, or under the function's systematic term (the mean
+// constant part of its compensation, FuncRecord::fixed_sum; the report's mean_sys_ticks):
+// more samples narrow only the sampling error, and a function of a few dozen ticks never
+// gets to 5% of its mean while the constants leave it uncertain by ~25-60 ticks.
+bool narrow_enough(FuncRecord& f) noexcept {
   const Batches& a = f.all;
   const std::uint64_t b = a.batches;
   if (b < 5 || a.folded_n < 30 || a.folded_sum == 0) return false;
@@ -961,7 +965,12 @@ bool narrow_enough(const FuncRecord& f) noexcept {
   const double ss = a.sum_s2 - 2 * m * a.sum_sn + m * m * a.sum_n2;
   if (ss < 0) return false;
   const double var = ss / (static_cast<double>(b) * static_cast<double>(b - 1) * nbar * nbar);
-  return 1.96 * std::sqrt(var) / m < g_cfg.ci;
+  const double half = 1.96 * std::sqrt(var);
+  if (half / m < g_cfg.ci) return true;
+  const std::uint64_t nc = ld(f.samples) - std::min(ld(f.samples), ld(f.uncompensated));
+  if (nc == 0) return false;
+  const double sys = std::fabs(static_cast<double>(static_cast<std::int64_t>(ld(f.fixed_sum))) / static_cast<double>(nc));
+  return half < sys;
 }
 
 std::uint64_t ns_to_ticks(std::uint64_t ns) {

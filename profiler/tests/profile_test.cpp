@@ -1013,6 +1013,23 @@ TEST(ProfileSystematic, ALeafsTermIsItsConstants) {
   }
 }
 
+// converge stops a function once more samples would only narrow an interval that is
+// already narrower than its systematic term: at --ci 0.0001% no leaf gets there by its
+// relative width (leaf_a's mean is ~100 ticks: 0.0001 ticks), but its half-width falls
+// under its term (~25-60 ticks) within a few batches.
+TEST(ProfileSystematic, ConvergeStopsAtTheSystematicTerm) {
+  const Outcome r = crossmod("converge-sys", std::string("--quiet --policy converge --ci 0.0001% --epoch 2ms -- ") +
+                                                 PROF_MT_PFE + " 2 2000000");
+  ASSERT_EQ(r.status, 0) << r.err;
+  const json j = report(r);
+  const json* a = function(j, kLeafA);
+  ASSERT_NE(a, nullptr);
+  EXPECT_TRUE((*a)["converged"].get<bool>()) << a->dump();
+  ASSERT_TRUE((*a)["mean_ci_ticks"].is_array()) << a->dump();
+  const double half = ((*a)["mean_ci_ticks"][1].get<double>() - (*a)["mean_ci_ticks"][0].get<double>()) / 2;
+  EXPECT_LT(half, 4 * (*a)["mean_sys_ticks"].get<double>()) << a->dump();  // the launcher's t interval, a little wider
+}
+
 TEST(ProfileBadInput, ExitsTwoAndWritesNothing) {
   const std::string prog = PROF_MT_CYG;
   const std::string bad_metrics = (fs::temp_directory_path() / ("crossmod-bad-" + std::to_string(getpid()) + ".toml")).string();

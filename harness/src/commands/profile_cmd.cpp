@@ -323,7 +323,8 @@ void register_profile(CLI::App& app) {
   cmd->add_option("--epoch", opt->epoch, "reactivation epoch of the daemon (default 10ms)");
   cmd->add_option("--max-functions", opt->max_functions,
                   "function table size: functions found beyond it are not profiled (default 16384, at most 65536)");
-  cmd->add_option("--ci", opt->ci, "converge: relative half-width of the 95% interval (default 5%)");
+  cmd->add_option("--ci", opt->ci,
+                  "converge: relative half-width of the 95% interval (default 5%), or under the systematic term");
   cmd->add_option("--out", opt->out, "output directory (default results/profile/<program>-<utc>)");
   cmd->add_flag("--quiet", opt->quiet, "no table on stderr");
   cmd->add_flag("--all-functions", opt->all_functions,
