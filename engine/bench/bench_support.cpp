@@ -8,7 +8,6 @@
 #include <fmt/core.h>
 #include <setjmp.h>
 #include <signal.h>
-#include <sys/mman.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -22,6 +21,7 @@
 #include <utility>
 
 #include "crossmod/machine.hpp"
+#include "crossmod/testsupport/alt_stack.hpp"
 #include "crossmod/wordpatch.hpp"
 #include "crossmod/x86.hpp"
 
@@ -197,32 +197,6 @@ bool install_fault_handlers(std::string* err) {
   if (error != 0 && err) *err = fmt::format("sigaction: {}", std::strerror(error));
   return error == 0;
 }
-
-// The handler runs here: a torn call may have just pushed onto the executor's own stack.
-class AltStack {
- public:
-  AltStack() {
-    p_ = mmap(nullptr, kSize, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (p_ == MAP_FAILED) return;
-    stack_t ss{};
-    ss.ss_sp = p_;
-    ss.ss_size = kSize;
-    sigaltstack(&ss, nullptr);
-  }
-  ~AltStack() {
-    if (p_ == MAP_FAILED) return;
-    stack_t ss{};
-    ss.ss_flags = SS_DISABLE;
-    sigaltstack(&ss, nullptr);
-    munmap(p_, kSize);
-  }
-  AltStack(const AltStack&) = delete;
-  AltStack& operator=(const AltStack&) = delete;
-
- private:
-  static constexpr std::size_t kSize = 64 * 1024;
-  void* p_ = MAP_FAILED;
-};
 }  // namespace
 
 bool Executors::start(unsigned n, std::vector<StressSite::EntryFn> entries,
@@ -273,7 +247,7 @@ void Executors::loop(unsigned index, int pu) {
     }
   }
   const double cpu0 = thread_cpu_seconds();
-  AltStack alt;
+  testsupport::AltStack alt;  // the fault handler runs on it
   Recovery rec;
   rec.faults = &slot.faults;
   t_recovery = &rec;

@@ -7,13 +7,13 @@
 #include <pthread.h>
 #include <sched.h>
 #include <signal.h>
-#include <sys/mman.h>
 #include <ucontext.h>
 
 #include <cerrno>
 #include <csetjmp>
 #include <cstring>
 
+#include "crossmod/testsupport/alt_stack.hpp"
 #include "crossmod/trap.hpp"
 #include "crossmod/x86.hpp"
 
@@ -126,14 +126,7 @@ void executor_main(const Topology* topo, int pu, const StressSite* site, Control
                    Counters* counters) {
   // The handler runs on this stack: a fault must be handled even when the executor's own
   // stack is in a strange state (a torn call has just pushed onto it).
-  constexpr std::size_t kAltStack = 64 * 1024;
-  void* alt = mmap(nullptr, kAltStack, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (alt != MAP_FAILED) {
-    stack_t ss{};
-    ss.ss_sp = alt;
-    ss.ss_size = kAltStack;
-    sigaltstack(&ss, nullptr);
-  }
+  const testsupport::AltStack alt;
   if (!topo->bind_current_thread(pu)) ctl->bind_failures.fetch_add(1);
 
   ExecThread self;
@@ -167,12 +160,6 @@ void executor_main(const Topology* topo, int pu, const StressSite* site, Control
   }
   self.armed = 0;
   tls_exec = nullptr;
-  if (alt != MAP_FAILED) {
-    stack_t ss{};
-    ss.ss_flags = SS_DISABLE;
-    sigaltstack(&ss, nullptr);
-    munmap(alt, kAltStack);
-  }
 }
 
 }  // namespace crossmod::harness::exec
