@@ -556,6 +556,14 @@ int run(const Options& opts) {
 
   int failed = 0, skipped = 0;
   for (const auto& [name, r] : reporter.runs) {
+    // A torn site faulted an executor, which survived it (bench_support.hpp, Executors):
+    // the machine tore at this Tmax. A speed benchmark says so and goes on; whether a Tmax
+    // is safe is calibrate's and soak's question.
+    if (const auto it = r.counters.find("executor_faults"); it != r.counters.end() && it->second.value > 0)
+      fmt::print(stderr,
+                 "crossmod bench: WARNING: {}: executors ran a torn site {:.0f} time(s) (Tmax {} ticks, "
+                 "verdict {}); its call counts miss the interrupted stretches\n",
+                 name, it->second.value, e.tmax_ticks, to_string(cfg.verdict));
     if (!r.error_occurred) continue;
     if (r.error_message.rfind(kUnsupportedPrefix, 0) == 0) {
       ++skipped;
@@ -565,17 +573,6 @@ int run(const Options& opts) {
     }
   }
   if (skipped) fmt::print(stderr, "crossmod bench: {} benchmark(s) skipped as unsupported here\n", skipped);
-  // A torn site faulted an executor, which survived it (bench_support.hpp, Executors): the
-  // machine tore at this Tmax. A speed benchmark says so and goes on; whether a Tmax is
-  // safe is calibrate's and soak's question.
-  for (const auto& [name, r] : reporter.runs) {
-    const auto it = r.counters.find("executor_faults");
-    if (it != r.counters.end() && it->second.value > 0)
-      fmt::print(stderr,
-                 "crossmod bench: WARNING: {}: executors ran a torn site {:.0f} time(s) (Tmax {} ticks, "
-                 "verdict {}); its call counts miss the interrupted stretches\n",
-                 name, it->second.value, e.tmax_ticks, to_string(cfg.verdict));
-  }
 
   if (opts.summary) {
     Summary s = compute_summary(reporter.runs);
