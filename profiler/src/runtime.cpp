@@ -967,7 +967,8 @@ bool narrow_enough(FuncRecord& f) noexcept {
   const double var = ss / (static_cast<double>(b) * static_cast<double>(b - 1) * nbar * nbar);
   const double half = 1.96 * std::sqrt(var);
   if (half / m < g_cfg.ci) return true;
-  const std::uint64_t nc = ld(f.samples) - std::min(ld(f.samples), ld(f.uncompensated));
+  const std::uint64_t all = ld(f.samples);
+  const std::uint64_t nc = all - std::min(all, ld(f.uncompensated));
   if (nc == 0) return false;
   const double sys = std::fabs(static_cast<double>(static_cast<std::int64_t>(ld(f.fixed_sum))) / static_cast<double>(nc));
   return half < sys;
