@@ -1,32 +1,45 @@
 #!/usr/bin/env python3
-"""Does the harness's tear count depend on the dwell? Interleaved crosscheck runs.
+"""Does the harness's tear count depend on the dwell (or the way into the site)? Interleaved crosscheck runs.
 
     scripts/dwell_ab.py [--build build] [--pairs 8] [--wait 1500] [--straddles 1,2,3,4] \
-        --dwells 5000,14100 --out DIR
+        --dwells 5000,14100 [--entries call,fallthrough] --out DIR
     scripts/dwell_ab.py --summarize DIR
 
-Runs `crossmod crosscheck --rounds 1 --dwell D` for each dwell in turn, `--pairs` times
-(A, B, A, B ...: the machine changes under us), each into DIR/d<D>/, and then prints, per
-dwell and detector (harness cell, independent reference), the tears over exposed toggles
+Runs `crossmod crosscheck --rounds 1 --dwell D --site-entry E` for each dwell and site
+entry in turn, `--pairs` times (A, B, A, B ...: the machine changes under us), each into
+DIR/d<D>/ (DIR/d<D>-<E>/ when more than one entry is given), and then prints, per dwell,
+entry and detector (harness cell, independent reference), the tears over exposed toggles
 pooled over the runs and in how many runs that detector tore. The reference detector keeps
-its own site, handler, executor loop and dwell loop, so a dwell effect seen by one detector
-and not by the other is the harness's, not the machine's. Reads only the crosscheck CSVs.
+its own site, handler, executor loop and dwell loop, so an effect seen by one detector
+and not by the other is the harness's, not the machine's. Reads the crosscheck CSVs and
+the site entry from the JSON beside each (absent before 2026-11-27, when cells fell through).
 """
 import argparse
 import csv
+import json
 import pathlib
 import subprocess
 import sys
 
 
+def site_entry_of(csv_path: pathlib.Path) -> str:
+    """The harness's site entry of one crosscheck run, from the JSON beside its CSV."""
+    try:
+        cfg = json.loads(csv_path.with_suffix(".json").read_text()).get("config", {})
+    except (OSError, ValueError):
+        return "?"
+    return cfg.get("site_entry", "fallthrough")
+
+
 def summarize(out: pathlib.Path) -> dict:
-    """{(dwell, impl): [tears, exposed, runs, runs_with_tears]} over DIR/d*/crosscheck-*.csv."""
+    """{(dwell, entry, impl): [tears, exposed, runs, runs_with_tears]} over DIR/d*/crosscheck-*.csv."""
     table = {}
     for f in sorted(out.glob("d*/crosscheck-*.csv")):
         per_run = {}
+        entry = site_entry_of(f)
         with open(f, newline="") as fh:
             for row in csv.DictReader(fh):
-                key = (int(row["dwell_ticks"]), row["impl"])
+                key = (int(row["dwell_ticks"]), entry, row["impl"])
                 t, e = per_run.get(key, (0, 0))
                 per_run[key] = (t + int(row["tears"]), e + int(row["exposed"]))
         for key, (t, e) in per_run.items():
@@ -39,10 +52,10 @@ def summarize(out: pathlib.Path) -> dict:
 
 
 def print_table(table: dict) -> None:
-    print(f"{'dwell':>7} {'detector':<10} {'tears/exposed':>20} {'rate':>10} {'runs torn':>10}")
-    for (dwell, impl), (t, e, runs, torn) in sorted(table.items()):
+    print(f"{'dwell':>7} {'entry':<12} {'detector':<10} {'tears/exposed':>20} {'rate':>10} {'runs torn':>10}")
+    for (dwell, entry, impl), (t, e, runs, torn) in sorted(table.items()):
         rate = t / e if e else float("nan")
-        print(f"{dwell:>7} {impl:<10} {f'{t}/{e}':>20} {rate:>10.2e} {f'{torn}/{runs}':>10}")
+        print(f"{dwell:>7} {entry:<12} {impl:<10} {f'{t}/{e}':>20} {rate:>10.2e} {f'{torn}/{runs}':>10}")
 
 
 def main() -> int:
@@ -53,6 +66,7 @@ def main() -> int:
     ap.add_argument("--wait", type=int, default=1500)
     ap.add_argument("--straddles", default="1,2,3,4")
     ap.add_argument("--dwells", default="5000,14100")
+    ap.add_argument("--entries", default="call", help="comma list of call, fallthrough (crosscheck --site-entry)")
     ap.add_argument("--out")
     a = ap.parse_args()
     if a.summarize:
@@ -65,19 +79,26 @@ def main() -> int:
         dwells = [int(d) for d in a.dwells.split(",")]
     except ValueError:
         dwells = []
-    if len(dwells) < 2 or min(dwells) <= 0 or a.pairs <= 0:
-        print("dwell_ab.py: --dwells needs two or more positive ticks and --pairs > 0", file=sys.stderr)
+    entries = a.entries.split(",")
+    if any(e not in ("call", "fallthrough") for e in entries) or len(set(entries)) != len(entries):
+        print("dwell_ab.py: --entries takes distinct call, fallthrough", file=sys.stderr)
+        return 2
+    if len(dwells) * len(entries) < 2 or min(dwells, default=0) <= 0 or a.pairs <= 0:
+        print("dwell_ab.py: --dwells needs positive ticks, two arms or more in all, and --pairs > 0",
+              file=sys.stderr)
         return 2
     out = pathlib.Path(a.out)
     for i in range(a.pairs):
         for d in dwells:
-            cmd = [f"{a.build}/crossmod", "crosscheck", "--waits", str(a.wait), "--straddles", a.straddles,
-                   "--rounds", "1", "--dwell", str(d), "--quiet", "--out", str(out / f"d{d}")]
-            print(f"dwell_ab.py: pair {i + 1}/{a.pairs} dwell {d}", file=sys.stderr)
-            r = subprocess.run(cmd, stdout=subprocess.DEVNULL)
-            if r.returncode != 0:
-                print(f"dwell_ab.py: {' '.join(cmd)} exited {r.returncode}", file=sys.stderr)
-                return r.returncode
+            for e in entries:
+                sub = f"d{d}" if len(entries) == 1 else f"d{d}-{e}"
+                cmd = [f"{a.build}/crossmod", "crosscheck", "--waits", str(a.wait), "--straddles", a.straddles,
+                       "--rounds", "1", "--dwell", str(d), "--site-entry", e, "--quiet", "--out", str(out / sub)]
+                print(f"dwell_ab.py: pair {i + 1}/{a.pairs} dwell {d} entry {e}", file=sys.stderr)
+                r = subprocess.run(cmd, stdout=subprocess.DEVNULL)
+                if r.returncode != 0:
+                    print(f"dwell_ab.py: {' '.join(cmd)} exited {r.returncode}", file=sys.stderr)
+                    return r.returncode
     print_table(summarize(out))
     return 0
 

@@ -39,6 +39,8 @@ namespace {
 constexpr const char* kOutcomeNames[] = {"ok", "crash", "hang", "error", "blind"};
 constexpr const char* kPhaseNames[] = {"grid",     "search", "confirm",   "control",
                                        "sentinel", "soak",   "crosscheck"};
+constexpr const char* kSiteEntryNames[] = {"call", "fallthrough"};
+static_assert(std::size(kSiteEntryNames) == static_cast<std::size_t>(SiteEntry::fallthrough) + 1);
 static_assert(std::size(kOutcomeNames) == static_cast<std::size_t>(Outcome::blind) + 1);
 static_assert(std::size(kPhaseNames) == static_cast<std::size_t>(Phase::crosscheck) + 1);
 
@@ -54,6 +56,8 @@ const char* to_string(Outcome o) { return kOutcomeNames[static_cast<std::size_t>
 std::optional<Outcome> parse_outcome(std::string_view s) { return parse_enum<Outcome>(kOutcomeNames, s); }
 const char* to_string(Phase p) { return kPhaseNames[static_cast<std::size_t>(p)]; }
 std::optional<Phase> parse_phase(std::string_view s) { return parse_enum<Phase>(kPhaseNames, s); }
+const char* to_string(SiteEntry e) { return kSiteEntryNames[static_cast<std::size_t>(e)]; }
+std::optional<SiteEntry> parse_site_entry(std::string_view s) { return parse_enum<SiteEntry>(kSiteEntryNames, s); }
 
 namespace {
 
@@ -267,7 +271,7 @@ class Child {
     ctl_.yield_when_idle = asg_.oversubscribed;
     for (unsigned i = 0; i < spec_.executors; ++i) {
       threads_.emplace_back(exec::executor_main, &topo_, asg_.executor_pus[i], site_.get(), &ctl_,
-                            &sh_->counters()[i]);
+                            &sh_->counters()[i], spec_.site_entry == SiteEntry::call);
     }
     while (ctl_.ready.load(std::memory_order_acquire) < spec_.executors) sched_yield();
     if (ctl_.bind_failures.load() != 0) {

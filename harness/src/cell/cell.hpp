@@ -30,6 +30,16 @@ enum class Phase { grid, search, confirm, control, sentinel, soak, crosscheck };
 const char* to_string(Phase p);
 std::optional<Phase> parse_phase(std::string_view s);
 
+// How an executor reaches the site. `call`: `xor eax,eax` in the executor, then a call
+// whose target is the site itself, as the reference detector does. `fallthrough`: a call
+// to the entry two bytes before the site (`xor eax,eax` in the site's first line), which
+// then runs into the site. Until 2026-11-27 cells used fallthrough; on the Xeon guest it
+// showed 5-40x fewer tears than call at W = 1500 (results/intel-fam6-mod207-step2-1pkg,
+// section 3), so call is the default and fallthrough stays for that comparison.
+enum class SiteEntry { call, fallthrough };
+const char* to_string(SiteEntry e);
+std::optional<SiteEntry> parse_site_entry(std::string_view s);
+
 struct CellSpec {
   Protocol protocol = Protocol::wordpatch;
   std::uint64_t wait_ticks = 0;
@@ -45,6 +55,7 @@ struct CellSpec {
   Phase phase = Phase::grid;
   std::int64_t round = -1;              // interleaved round, -1 when the run has none
   bool sample_c2c = true;               // measure c2c between patcher and executor first
+  SiteEntry site_entry = SiteEntry::call;
 };
 
 // low_exposure is set when exposed_toggles < kLowExposureThreshold * toggles: fewer than

@@ -17,6 +17,37 @@
 #include "crossmod/trap.hpp"
 #include "crossmod/x86.hpp"
 
+// The executor's two ways into the site (CellSpec::site_entry). Both return 1 if the site
+// ran the call (A: the stub sets eax) and 0 if it ran the NOP (B).
+//   crossmod_cell_call_site(site):   xor eax,eax; call site       the site is a call's target,
+//                                                                 as in the reference's loop
+//   crossmod_cell_call_entry(entry): call entry (xor eax,eax; site) the site is reached by
+//                                                                 falling through
+// On the Xeon guest the first tears several times more often at the same W, so it is the
+// default (results/intel-fam6-mod207-step2-1pkg/README.md, section 3). Why the front end
+// treats the two differently is not known; the harness must stress the sensitive form.
+extern "C" int crossmod_cell_call_site(const void* site);
+extern "C" int crossmod_cell_call_entry(const void* entry);
+asm(R"(
+    .text
+    .p2align 4
+    .globl crossmod_cell_call_site
+    .type crossmod_cell_call_site, @function
+crossmod_cell_call_site:
+    xor %eax, %eax
+    call *%rdi
+    ret
+    .size crossmod_cell_call_site, .-crossmod_cell_call_site
+
+    .p2align 4
+    .globl crossmod_cell_call_entry
+    .type crossmod_cell_call_entry, @function
+crossmod_cell_call_entry:
+    call *%rdi
+    ret
+    .size crossmod_cell_call_entry, .-crossmod_cell_call_entry
+)");
+
 namespace crossmod::harness::exec {
 namespace {
 
@@ -123,7 +154,7 @@ bool install_fault_handlers(const StressSite& site, Control* ctl, FirstFault* fi
 }
 
 void executor_main(const Topology* topo, int pu, const StressSite* site, Control* ctl,
-                   Counters* counters) {
+                   Counters* counters, bool call_site) {
   // The handler runs on this stack: a fault must be handled even when the executor's own
   // stack is in a strange state (a torn call has just pushed onto it).
   const testsupport::AltStack alt;
@@ -132,7 +163,6 @@ void executor_main(const Topology* topo, int pu, const StressSite* site, Control
   ExecThread self;
   self.counters = counters;
   tls_exec = &self;
-  const StressSite::EntryFn entry = site->entry();
   Counters* const c = counters;
   Control* const k = ctl;
   ctl->ready.fetch_add(1, std::memory_order_release);
@@ -148,10 +178,15 @@ void executor_main(const Topology* topo, int pu, const StressSite* site, Control
     }
   }
   self.armed = 1;
+  // One indirect call per iteration either way; chosen here (after any siglongjmp, so no
+  // local is live across it), so the loop has no branch.
+  int (*const run)(const void*) = call_site ? crossmod_cell_call_site : crossmod_cell_call_entry;
+  const void* const target =
+      call_site ? static_cast<const void*>(site->site()) : reinterpret_cast<const void*>(site->entry());
   // The loop: call the site, count in this executor's own line. `stop` is on a line the
   // patcher does not write until the end, so it stays in this core's cache.
   while (!k->stop.load(std::memory_order_relaxed)) {
-    const int r = entry();
+    const int r = run(target);
     // Single writer: a plain load+store is enough and avoids a locked op per call.
     c->executions.store(c->executions.load(std::memory_order_relaxed) + 1,
                         std::memory_order_relaxed);

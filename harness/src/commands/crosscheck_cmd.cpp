@@ -69,7 +69,7 @@ using json = nlohmann::ordered_json;
 constexpr int kCrosscheckSchema = 1;
 
 struct Args {
-  std::string waits = "800,1600", straddles = "3,4", out, for_;
+  std::string waits = "800,1600", straddles = "3,4", out, for_, site_entry = "call";
   std::uint64_t toggles = 300000, dwell = 5000;
   unsigned executors = 1;
   std::optional<unsigned> rounds;
@@ -357,6 +357,8 @@ void run_crosscheck(const Args& a) {
   if (a.toggles == 0) throw UsageError("--toggles must be at least 1");
   if (a.dwell == 0) throw UsageError("--dwell must be at least 1 tick (both detectors use it as given)");
   if (a.executors == 0) throw UsageError("--executors must be at least 1");
+  const auto site_entry = parse_site_entry(a.site_entry);
+  if (!site_entry) throw UsageError(fmt::format("--site-entry: '{}' is not call or fallthrough", a.site_entry));
   if (a.rounds && !a.for_.empty()) throw UsageError("give at most one of --rounds N and --for DURATION");
   if (a.rounds && *a.rounds == 0) throw UsageError("--rounds must be at least 1");
   // 0 = no time budget (a plain double: GCC 12 misreads an optional<double> here).
@@ -408,6 +410,7 @@ void run_crosscheck(const Args& a) {
                        {"straddles", straddles},
                        {"toggles", a.toggles},
                        {"dwell_ticks", a.dwell},
+                       {"site_entry", to_string(*site_entry)},
                        {"executors", a.executors},
                        {"placement", "spread"},
                        {"patcher_pu", asg.patcher_pu},
@@ -479,6 +482,7 @@ void run_crosscheck(const Args& a) {
           spec.watchdog_s = watchdog_s;
           spec.max_failures = 0;  // no early stop: both run every toggle
           spec.phase = Phase::crosscheck;
+          spec.site_entry = *site_entry;
           CellEnv rc;
           rc.topology = &topo;
           r = from_cell(run_cell(spec, rc));
@@ -541,6 +545,10 @@ void register_crosscheck(CLI::App& app) {
   cmd->add_option("--toggles", args->toggles, "toggles per run (both detectors)")->capture_default_str();
   cmd->add_option("--dwell", args->dwell, "dwell between toggles, ticks (both detectors)")->capture_default_str();
   cmd->add_option("--executors", args->executors, "executor threads (placement spread)")->capture_default_str();
+  cmd->add_option("--site-entry", args->site_entry,
+                  "how the harness's executors reach the site: call (a call to the site) or fallthrough "
+                  "(a call to `xor eax,eax` just before it); the reference always calls")
+      ->capture_default_str();
   cmd->add_option_function<unsigned>("--rounds", [args](unsigned v) { args->rounds = v; },
                                      "rounds (each visits every W and S); default 1");
   cmd->add_option("--for", args->for_, "run rounds for this long instead, e.g. 10m, 1h30m");

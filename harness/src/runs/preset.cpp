@@ -312,6 +312,8 @@ std::string SweepConfig::to_json() const {
       .num("toggles", toggles)
       .raw("protocol_toggles", ptog.render())
       .raw("dwell", dwell_ticks == 0 ? std::string("\"auto\"") : std::to_string(dwell_ticks))
+      // Cells call the site itself (CellSpec::site_entry); sweeps before 2026-11-27 fell through.
+      .str("site_entry", "call")
       .num("watchdog_s", watchdog_s)
       .num("max_failures", max_failures);
   const auto& k = calibrate;
