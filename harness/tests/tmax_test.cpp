@@ -480,7 +480,8 @@ TEST(PriorRows, PoolsWordpatchRowsOfThisMachineOnly) {
   const fs::path dir = fs::temp_directory_path() / ("crossmod-pool-" + std::to_string(::getpid()));
   fs::remove_all(dir);
   fs::create_directories(dir);
-  auto write_run = [&](const std::string& stem, const std::string& slug, std::uint64_t fail_wait) {
+  auto write_run = [&](const std::string& stem, const std::string& slug, std::uint64_t fail_wait,
+                       const char* site_entry = "call") {
     {
       ResultsWriter w((dir / (stem + ".csv")).string(), false);
       for (std::uint64_t wait : {std::uint64_t{400}, std::uint64_t{800}, std::uint64_t{1600}}) {
@@ -498,8 +499,11 @@ TEST(PriorRows, PoolsWordpatchRowsOfThisMachineOnly) {
       c.failures = 50;
       w.append(c);
     }
+    const std::string grid = site_entry ? std::string(", \"config\": {\"grid\": {\"site_entry\": \"") +
+                                              site_entry + "\"}}"
+                                        : std::string();
     write_file_atomic((dir / (stem + ".json")).string(),
-                      "{\"machine\": {\"slug\": \"" + slug + "\"}}\n");
+                      "{\"machine\": {\"slug\": \"" + slug + "\"}" + grid + "}\n");
   };
   write_run("sweep-20260101T000000Z", "this-machine", 800);   // earlier run: tear at 800
   write_run("sweep-20260102T000000Z", "other-machine", 1600);  // another machine
@@ -520,6 +524,27 @@ TEST(PriorRows, PoolsWordpatchRowsOfThisMachineOnly) {
   std::vector<ResultRow> pooled = prior;
   pooled.insert(pooled.end(), current.begin(), current.end());
   EXPECT_EQ(*derive_tmax(pooled).observed_ticks, 1600u);  // pooled, the tear at 800 counts
+
+  // A run whose cells fell through to the site (no site_entry: before 2026-11-27, or
+  // "fallthrough"): its tears count, its clean cells are no evidence.
+  write_run("sweep-20260100T000000Z", "this-machine", 400, nullptr);
+  write_run("sweep-20260100T000001Z", "this-machine", 1600, "fallthrough");
+  used.clear();
+  skipped.clear();
+  const auto prior2 = read_prior_rows(dir.string(), (dir / "sweep-20260103T000000Z.csv").string(),
+                                      "this-machine", &used, &skipped);
+  EXPECT_EQ(used.size(), 3u);
+  ASSERT_EQ(prior2.size(), 3u + 1u + 1u);  // the call run's three rows + one tear of each other
+  std::size_t fell_through_notes = 0;
+  for (const auto& s : skipped) fell_through_notes += s.find("fell through") != std::string::npos;
+  EXPECT_EQ(fell_through_notes, 2u);
+  std::uint64_t tears_at_400 = 0, tears_at_1600 = 0;
+  for (const auto& r : prior2) {
+    tears_at_400 += r.wait_ticks == 400 ? r.failures : 0;
+    tears_at_1600 += r.wait_ticks == 1600 ? r.failures : 0;
+  }
+  EXPECT_EQ(tears_at_400, 1u);
+  EXPECT_EQ(tears_at_1600, 1u);
   fs::remove_all(dir);
 }
 

@@ -577,6 +577,16 @@ std::optional<std::string> context_machine_slug(const std::string& context_json)
   return string_field(*machine, "slug");
 }
 
+std::string context_site_entry(const std::string& context_json) {
+  const Json ctx = Json::parse(context_json, nullptr, /*allow_exceptions=*/false);
+  if (!ctx.is_object()) return "fallthrough";
+  const auto cfg = ctx.find("config");
+  if (cfg == ctx.end() || !cfg->is_object()) return "fallthrough";
+  const auto grid = cfg->find("grid");
+  if (grid == cfg->end() || !grid->is_object()) return "fallthrough";
+  return string_field(*grid, "site_entry").value_or("fallthrough");
+}
+
 std::optional<std::string> find_resumable(const std::string& dir, const std::string& kind,
                                           const std::string& config_key) {
   std::vector<std::string> csvs = list_sweep_csvs(dir);

@@ -209,6 +209,9 @@ std::string context_json_path(const std::string& csv);
 // machine.slug of a context file's text (the machine a sweep ran on); nullopt if the
 // text does not parse or has none. For pooling earlier runs of the same machine.
 std::optional<std::string> context_machine_slug(const std::string& context_json);
+// How that run's cells reached the site: config.grid.site_entry ("call" since
+// 2026-11-27); "fallthrough" when absent (older runs) or unreadable.
+std::string context_site_entry(const std::string& context_json);
 // For --resume: the newest sweep-*.csv in `dir` whose JSON context has run_kind == `kind` and
 // config_key == `config_key`; nullopt if none. Returns the CSV path. A context that does
 // not parse is skipped (it cannot be the file to continue).

@@ -638,20 +638,33 @@ std::vector<ResultRow> read_prior_rows(const std::string& dir, const std::string
   for (const std::string& csv : list_sweep_csvs(dir)) {
     if (!exclude_csv.empty() && fs::equivalent(csv, exclude_csv, ec)) continue;
     try {
-      const auto machine = context_machine_slug(read_file(context_json_path(csv)));
+      const std::string context = read_file(context_json_path(csv));
+      const auto machine = context_machine_slug(context);
       if (machine != slug) {
         if (skipped) skipped->push_back(csv + ": context names another machine");
         continue;
       }
-      std::size_t n = 0;
+      // Cells that fell through to the site (runs before 2026-11-27) saw up to ~16x fewer
+      // tears than cells that call it, at calibrate's dwell on the Xeon guest
+      // (results/intel-fam6-mod207-step2-1pkg/README.md, section 3): their tears are
+      // real and still count, their clean cells are no evidence.
+      const bool tears_only = context_site_entry(context) != to_string(SiteEntry::call);
+      std::size_t n = 0, dropped = 0;
       ++file_no;
       for (ResultRow& r : read_results_csv(csv)) {
         if (r.protocol != to_string(Protocol::wordpatch)) continue;
+        if (tears_only && !r.failed()) {
+          ++dropped;
+          continue;
+        }
         if (r.round >= 0) r.round += file_no * kPriorRoundStride;
         rows.push_back(std::move(r));
         ++n;
       }
       if (used && n) used->push_back(csv);
+      if (skipped && dropped)
+        skipped->push_back(fmt::format("{} cells of {} without a tear: its cells fell through to the site "
+                                       "(before 2026-11-27); only its tears count", dropped, csv));
     } catch (const std::exception& e) {
       if (skipped) skipped->push_back(csv + ": " + e.what());
     }
