@@ -122,6 +122,41 @@ TEST(Cell, WordpatchWithGenerousWaitNeverFails) {
   }
 }
 
+// Both ways into the site (CellSpec::site_entry) run both states, count every completed
+// call as A or B, and see a torn mix as a fault.
+TEST(Cell, BothSiteEntriesRunBothStatesAndSeeTornMixes) {
+  for (SiteEntry e : {SiteEntry::call, SiteEntry::fallthrough}) {
+    SCOPED_TRACE(to_string(e));
+    CellSpec s;
+    s.protocol = Protocol::callpatch;
+    s.straddle = 2;
+    s.toggles = 20000;
+    s.dwell_ticks = 2000;
+    s.watchdog_s = 50;
+    s.site_entry = e;
+    const CellResult r = run(s);
+    EXPECT_EQ(r.outcome, Outcome::ok) << r.note;
+    EXPECT_EQ(r.failures, 0u);
+    EXPECT_GT(r.state_a, 0u);
+    EXPECT_GT(r.state_b, 0u);
+    EXPECT_EQ(r.state_a + r.state_b, r.executions);
+
+    CellSpec t;
+    t.protocol = Protocol::selftest_torn;
+    t.straddle = 2;
+    t.toggles = 100000;
+    t.max_failures = 5;
+    t.site_entry = e;
+    const CellResult rt = run(t);
+    EXPECT_EQ(rt.outcome, Outcome::ok) << rt.note;
+    EXPECT_EQ(rt.failures, 5u);
+    EXPECT_GT(rt.sigill + rt.sigsegv, 0u);
+  }
+  EXPECT_EQ(parse_site_entry("call"), SiteEntry::call);
+  EXPECT_EQ(parse_site_entry("fallthrough"), SiteEntry::fallthrough);
+  EXPECT_FALSE(parse_site_entry("jmp").has_value());
+}
+
 TEST(Cell, BlindSiteIsRecordedAsBlind) {
   CellSpec s;
   s.protocol = Protocol::wordpatch;

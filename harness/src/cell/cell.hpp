@@ -33,9 +33,11 @@ std::optional<Phase> parse_phase(std::string_view s);
 // How an executor reaches the site. `call`: `xor eax,eax` in the executor, then a call
 // whose target is the site itself, as the reference detector does. `fallthrough`: a call
 // to the entry two bytes before the site (`xor eax,eax` in the site's first line), which
-// then runs into the site. Until 2026-11-27 cells used fallthrough; on the Xeon guest it
-// showed 5-40x fewer tears than call at W = 1500 (results/intel-fam6-mod207-step2-1pkg,
-// section 3), so call is the default and fallthrough stays for that comparison.
+// then runs into the site. Until 2026-11-27 cells used fallthrough; on the Xeon guest at
+// W = 1500 it saw 16x fewer tears than call at calibrate's dwell (10,200 ticks) and 3.4x
+// more at 5000, while call's rate, like the reference's, hardly moved with the dwell
+// (results/intel-fam6-mod207-step2-1pkg/README.md, section 3b). So call is the default and
+// fallthrough stays for that comparison.
 enum class SiteEntry { call, fallthrough };
 const char* to_string(SiteEntry e);
 std::optional<SiteEntry> parse_site_entry(std::string_view s);

@@ -23,9 +23,9 @@
 //                                                                 as in the reference's loop
 //   crossmod_cell_call_entry(entry): call entry (xor eax,eax; site) the site is reached by
 //                                                                 falling through
-// On the Xeon guest the first tears several times more often at the same W, so it is the
-// default (results/intel-fam6-mod207-step2-1pkg/README.md, section 3). Why the front end
-// treats the two differently is not known; the harness must stress the sensitive form.
+// On the Xeon guest the first tore 16x more often at calibrate's dwell and its rate did not
+// depend on the dwell; the second's did, 70x (CellSpec::site_entry). Why the front end
+// treats the two differently is not known.
 extern "C" int crossmod_cell_call_site(const void* site);
 extern "C" int crossmod_cell_call_entry(const void* entry);
 asm(R"(

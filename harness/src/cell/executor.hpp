@@ -67,9 +67,9 @@ bool install_fault_handlers(const StressSite& site, Control* ctl, FirstFault* fi
 // Body of one executor thread: sigaltstack, bind to `pu`, then run the site until
 // ctl->stop, counting calls in its own counters line and nothing else. With call_site the
 // site itself is the target of a call (eax zeroed by the caller); otherwise the executor
-// calls the site's entry, which zeroes eax and runs into the site (CellSpec::site_entry). After a fault it
-// waits for the toggle in progress to complete before running the site again, which
-// bounds a fault storm to one fault per executor per toggle.
+// calls the site's entry, which zeroes eax and runs into the site (CellSpec::site_entry).
+// After a fault it waits for the toggle in progress to complete before running the site
+// again, which bounds a fault storm to one fault per executor per toggle.
 void executor_main(const Topology* topo, int pu, const StressSite* site, Control* ctl,
                    Counters* counters, bool call_site);
 

@@ -24,14 +24,16 @@
 // it right after the front store, the moment a stale line would tear.
 //
 // What differs from the harness's cell on purpose (so a gap between the two points at one
-// of these): the site is called directly (no `xor eax,eax` prologue in the site page);
-// the back part is bytes 1..4 in one plain 4-byte store across the boundary and the front
-// is byte 0 alone, all plain MOVs (the engine: int3 by MOV, then bytes S..4, then bytes
+// of these): the back part is bytes 1..4 in one plain 4-byte store across the boundary
+// and the front is byte 0 alone, all plain MOVs (the engine: int3 by MOV, then bytes S..4, then bytes
 // 0..S-1, each a LOCK CMPXCHG on a quadword); the handler waits on the code byte itself, not on a lock table,
 // never yields, and resumes the asm loop in place; the executor loop reads nothing the
 // patcher writes (no per-call toggle_seq load) and stores only to its own line; the
-// patcher reads executors' lines once per toggle at mid-dwell (the cell reads them right
-// before the int3 and right after the front store); the dwell is fixed (no adaptation).
+// patcher reads executors' lines once per toggle at mid-dwell (the cell reads them twice
+// there); the dwell is fixed (no adaptation).
+// The site was once on this list: cells reached it by falling through from an `xor eax,eax`
+// in its first line, and on the Xeon guest saw 16x fewer tears than this detector at
+// calibrate's dwell. They now call it too (executor.cpp, CellSpec::site_entry).
 //
 // Attribution: the patcher stores the toggle number on a line of its own just before the
 // int3 store; the handler reads it on entry, before waiting, and sets that toggle's bit in
