@@ -2,14 +2,16 @@
 """Does the harness's tear count depend on the dwell (or the way into the site)? Interleaved crosscheck runs.
 
     scripts/dwell_ab.py [--build build] [--pairs 8] [--wait 1500] [--straddles 1,2,3,4] \
-        --dwells 5000,14100 [--entries call,fallthrough] --out DIR
+        --dwells 5000,14100 [--entries call,fallthrough] [--reference-entry call|same] --out DIR
     scripts/dwell_ab.py --summarize DIR
 
 Runs `crossmod crosscheck --rounds 1 --dwell D --site-entry E` for each dwell and site
 entry in turn, `--pairs` times (A, B, A, B ...: the machine changes under us), each into
 DIR/d<D>/ (DIR/d<D>-<E>/ when more than one entry is given), and then prints, per dwell,
 entry and detector (harness cell, independent reference), the tears over exposed toggles
-pooled over the runs and in how many runs that detector tore. The reference detector keeps
+pooled over the runs and in how many runs that detector tore. The reference calls the site
+unless `--reference-entry same`, which gives it the arm's entry too (crosscheck
+--reference-entry): then an entry effect both detectors show is the machine's. The reference detector keeps
 its own site, handler, executor loop and dwell loop, so an effect seen by one detector
 and not by the other is the harness's, not the machine's. Reads the crosscheck CSVs and
 the site entry from the JSON beside each (absent before 2026-11-27, when cells fell through).
@@ -22,13 +24,14 @@ import subprocess
 import sys
 
 
-def site_entry_of(csv_path: pathlib.Path) -> str:
-    """The harness's site entry of one crosscheck run, from the JSON beside its CSV."""
+def site_entries_of(csv_path: pathlib.Path) -> dict:
+    """{impl: site entry} of one crosscheck run, from the JSON beside its CSV. Before
+    2026-11-27 the harness fell through and the reference called."""
     try:
         cfg = json.loads(csv_path.with_suffix(".json").read_text()).get("config", {})
     except (OSError, ValueError):
-        return "?"
-    return cfg.get("site_entry", "fallthrough")
+        return {"harness": "?", "reference": "?"}
+    return {"harness": cfg.get("site_entry", "fallthrough"), "reference": cfg.get("reference_site_entry", "call")}
 
 
 def summarize(out: pathlib.Path) -> dict:
@@ -36,10 +39,10 @@ def summarize(out: pathlib.Path) -> dict:
     table = {}
     for f in sorted(out.glob("d*/crosscheck-*.csv")):
         per_run = {}
-        entry = site_entry_of(f)
+        entries = site_entries_of(f)
         with open(f, newline="") as fh:
             for row in csv.DictReader(fh):
-                key = (int(row["dwell_ticks"]), entry, row["impl"])
+                key = (int(row["dwell_ticks"]), entries.get(row["impl"], "?"), row["impl"])
                 t, e = per_run.get(key, (0, 0))
                 per_run[key] = (t + int(row["tears"]), e + int(row["exposed"]))
         for key, (t, e) in per_run.items():
@@ -67,6 +70,8 @@ def main() -> int:
     ap.add_argument("--straddles", default="1,2,3,4")
     ap.add_argument("--dwells", default="5000,14100")
     ap.add_argument("--entries", default="call", help="comma list of call, fallthrough (crosscheck --site-entry)")
+    ap.add_argument("--reference-entry", default="call", choices=("call", "same"),
+                    help="the reference's entry: call, or the same as the arm's")
     ap.add_argument("--out")
     a = ap.parse_args()
     if a.summarize:
@@ -94,6 +99,8 @@ def main() -> int:
                 sub = f"d{d}" if len(entries) == 1 else f"d{d}-{e}"
                 cmd = [f"{a.build}/crossmod", "crosscheck", "--waits", str(a.wait), "--straddles", a.straddles,
                        "--rounds", "1", "--dwell", str(d), "--site-entry", e, "--quiet", "--out", str(out / sub)]
+                if a.reference_entry == "same":
+                    cmd += ["--reference-entry", e]
                 print(f"dwell_ab.py: pair {i + 1}/{a.pairs} dwell {d} entry {e}", file=sys.stderr)
                 r = subprocess.run(cmd, stdout=subprocess.DEVNULL)
                 if r.returncode != 0:

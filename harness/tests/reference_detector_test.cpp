@@ -26,9 +26,13 @@ TEST(ReferenceDetector, MixCheckRefusesAWindowThatMissesTheTornCall) {
   EXPECT_NE(check_torn_mixes(5, site, kSitePage - 0x7000'0000, kSitePage), "");
 }
 
+// Both ways into the site (Spec::fall_through) run both states and see torn mixes.
 TEST(ReferenceDetector, GenerousWaitHasNoTearsAndSaneCounts) {
+  for (bool fall_through : {false, true})
   for (unsigned s : {1u, 4u}) {
+    SCOPED_TRACE(fall_through ? "fall-through" : "call");
     Spec spec;
+    spec.fall_through = fall_through;
     spec.wait_ticks = 200000;
     spec.straddle = s;
     spec.toggles = 1000;  // ~0.15 s: long enough for a loaded scheduler to run the executor
@@ -49,8 +53,11 @@ TEST(ReferenceDetector, GenerousWaitHasNoTearsAndSaneCounts) {
 }
 
 TEST(ReferenceDetector, DeliberatelyTornMixTearsForEverySplit) {
+  for (bool fall_through : {false, true})
   for (unsigned s = 1; s <= 4; ++s) {
+    SCOPED_TRACE(fall_through ? "fall-through" : "call");
     Spec spec;
+    spec.fall_through = fall_through;
     spec.mode = Mode::selftest_torn;
     spec.straddle = s;
     spec.toggles = 20;

@@ -19,6 +19,7 @@ a = sys.argv[1:]
 assert a[0] == "crosscheck", a
 dwell = int(a[a.index("--dwell") + 1])
 entry = a[a.index("--site-entry") + 1]
+ref = a[a.index("--reference-entry") + 1] if "--reference-entry" in a else None
 out = a[a.index("--out") + 1]
 os.makedirs(out, exist_ok=True)
 with open(os.environ["FAKE_LOG"], "a") as log:
@@ -28,7 +29,7 @@ hdr = "schema_version,round,order,impl,wait_ticks,straddle,toggles,exposed,tears
 tears = 3 if dwell == 5000 else 0
 tears += 1 if entry == "call" else 0
 with open(os.path.join(out, f"crosscheck-{n}.json"), "w") as f:
-    f.write('{"config": {"site_entry": "%s"}}' % entry)
+    f.write('{"config": {"site_entry": "%s"%s}}' % (entry, ', "reference_site_entry": "%s"' % ref if ref else ""))
 with open(os.path.join(out, f"crosscheck-{n}.csv"), "w") as f:
     f.write(hdr)
     for s in (1, 2):
@@ -84,6 +85,22 @@ def test_entries_are_arms_too(tmp_path: Path):
     for j in (out / "d14100-call").glob("*.json"):
         j.write_text('{"config": {}}')
     assert load().summarize(out)[(14100, "fallthrough", "harness")] == [4, 720, 4, 2]
+
+
+def test_reference_entry_same_gives_the_reference_the_arms_entry(tmp_path: Path):
+    build = tmp_path / "build"
+    build.mkdir()
+    fake = build / "crossmod"
+    fake.write_text(FAKE)
+    fake.chmod(0o755)
+    out = tmp_path / "out"
+    r = subprocess.run([sys.executable, SCRIPT, "--build", str(build), "--pairs", "1", "--dwells", "14100",
+                        "--entries", "call,fallthrough", "--reference-entry", "same", "--out", str(out)],
+                       env=dict(os.environ, FAKE_LOG=str(tmp_path / "log")), capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    table = load().summarize(out)
+    assert table[(14100, "fallthrough", "reference")] == [2, 160, 1, 1]
+    assert table[(14100, "call", "reference")] == [2, 160, 1, 1]
 
 
 def test_bad_input_exits_two(tmp_path: Path):

@@ -69,7 +69,7 @@ using json = nlohmann::ordered_json;
 constexpr int kCrosscheckSchema = 1;
 
 struct Args {
-  std::string waits = "800,1600", straddles = "3,4", out, for_, site_entry = "call";
+  std::string waits = "800,1600", straddles = "3,4", out, for_, site_entry = "call", reference_entry = "call";
   std::uint64_t toggles = 300000, dwell = 5000;
   unsigned executors = 1;
   std::optional<unsigned> rounds;
@@ -359,6 +359,9 @@ void run_crosscheck(const Args& a) {
   if (a.executors == 0) throw UsageError("--executors must be at least 1");
   const auto site_entry = parse_site_entry(a.site_entry);
   if (!site_entry) throw UsageError(fmt::format("--site-entry: '{}' is not call or fallthrough", a.site_entry));
+  const auto reference_entry = parse_site_entry(a.reference_entry);
+  if (!reference_entry)
+    throw UsageError(fmt::format("--reference-entry: '{}' is not call or fallthrough", a.reference_entry));
   if (a.rounds && !a.for_.empty()) throw UsageError("give at most one of --rounds N and --for DURATION");
   if (a.rounds && *a.rounds == 0) throw UsageError("--rounds must be at least 1");
   // 0 = no time budget (a plain double: GCC 12 misreads an optional<double> here).
@@ -411,6 +414,7 @@ void run_crosscheck(const Args& a) {
                        {"toggles", a.toggles},
                        {"dwell_ticks", a.dwell},
                        {"site_entry", to_string(*site_entry)},
+                       {"reference_site_entry", to_string(*reference_entry)},
                        {"executors", a.executors},
                        {"placement", "spread"},
                        {"patcher_pu", asg.patcher_pu},
@@ -496,6 +500,7 @@ void run_crosscheck(const Args& a) {
           spec.watchdog_s = watchdog_s;
           spec.patcher_cpu = asg.patcher_pu;
           spec.executor_cpus = asg.executor_pus;
+          spec.fall_through = *reference_entry == SiteEntry::fallthrough;
           const reference::Result x = reference::run_reference(spec);
           if (!x.warning.empty() && !warned_ref) {
             warned_ref = true;
@@ -547,7 +552,10 @@ void register_crosscheck(CLI::App& app) {
   cmd->add_option("--executors", args->executors, "executor threads (placement spread)")->capture_default_str();
   cmd->add_option("--site-entry", args->site_entry,
                   "how the harness's executors reach the site: call (a call to the site) or fallthrough "
-                  "(a call to `xor eax,eax` just before it); the reference always calls")
+                  "(a call to `xor eax,eax` just before it)")
+      ->capture_default_str();
+  cmd->add_option("--reference-entry", args->reference_entry,
+                  "the same for the reference detector's executors: call or fallthrough")
       ->capture_default_str();
   cmd->add_option_function<unsigned>("--rounds", [args](unsigned v) { args->rounds = v; },
                                      "rounds (each visits every W and S); default 1");

@@ -332,6 +332,10 @@ class Child {
     g_site = reinterpret_cast<std::uint8_t*>(page + kBoundaryInPage - spec_.straddle);
     std::memcpy(g_site, kStateA.data(), 5);
     g_site[5] = kOpRet;
+    if (spec_.fall_through) {
+      g_site[-2] = 0x31;  // xor eax, eax
+      g_site[-1] = 0xC0;
+    }
 
     const std::uintptr_t stub = call_target(reinterpret_cast<std::uintptr_t>(g_site), kStateA.data());
     const std::uintptr_t stub_page = stub & ~(kPage - 1);
@@ -401,7 +405,7 @@ class Child {
     std::atomic<unsigned> ready{0}, bad{0};
     for (unsigned i = 0; i < n; ++i) {
       ExecThread& t = execs_[i];
-      t.args.entry = reinterpret_cast<std::uintptr_t>(g_site);
+      t.args.entry = reinterpret_cast<std::uintptr_t>(g_site) - (spec_.fall_through ? 2 : 0);
       t.args.published = &b_->slots[i].word;
       t.args.stop = &g_stop_line[0];
       t.counters = &b_->counters[i];

@@ -30,6 +30,10 @@ struct Spec {
   unsigned executors = 1;
   double watchdog_s = 60;
   Mode mode = Mode::protocol;
+  // false: the loop calls the site itself. true: `xor eax,eax` (31 C0) goes in the two
+  // bytes before the site and the loop calls those, so the site is reached by falling
+  // through, as the harness's cells did until 2026-11-27 (crosscheck --reference-entry).
+  bool fall_through = false;
   // OS CPU numbers; empty: the patcher takes the first CPU of this process's affinity
   // mask and the executors the following ones (wrapping, with a warning).
   int patcher_cpu = -1;
