@@ -45,7 +45,8 @@ def load():
     return mod
 
 
-def test_interleaves_and_pools(tmp_path: Path):
+def run_ab(tmp_path: Path, *args: str):
+    """dwell_ab.py against the stand-in crossmod; returns (completed process, out dir, call log)."""
     build = tmp_path / "build"
     build.mkdir()
     fake = build / "crossmod"
@@ -53,9 +54,14 @@ def test_interleaves_and_pools(tmp_path: Path):
     fake.chmod(0o755)
     log = tmp_path / "log"
     out = tmp_path / "out"
-    r = subprocess.run([sys.executable, SCRIPT, "--build", str(build), "--pairs", "3", "--dwells", "5000,14100",
-                        "--out", str(out)], env=dict(os.environ, FAKE_LOG=str(log)), capture_output=True, text=True)
+    r = subprocess.run([sys.executable, SCRIPT, "--build", str(build), *args, "--out", str(out)],
+                       env=dict(os.environ, FAKE_LOG=str(log)), capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
+    return r, out, log
+
+
+def test_interleaves_and_pools(tmp_path: Path):
+    r, out, log = run_ab(tmp_path, "--pairs", "3", "--dwells", "5000,14100")
     assert log.read_text().split() == ["5000-call", "14100-call"] * 3
     assert sorted(p.name for p in out.iterdir()) == ["d14100", "d5000"]
     table = load().summarize(out)
@@ -66,17 +72,7 @@ def test_interleaves_and_pools(tmp_path: Path):
 
 
 def test_entries_are_arms_too(tmp_path: Path):
-    build = tmp_path / "build"
-    build.mkdir()
-    fake = build / "crossmod"
-    fake.write_text(FAKE)
-    fake.chmod(0o755)
-    log = tmp_path / "log"
-    out = tmp_path / "out"
-    r = subprocess.run([sys.executable, SCRIPT, "--build", str(build), "--pairs", "2", "--dwells", "14100",
-                        "--entries", "call,fallthrough", "--out", str(out)],
-                       env=dict(os.environ, FAKE_LOG=str(log)), capture_output=True, text=True)
-    assert r.returncode == 0, r.stderr
+    r, out, log = run_ab(tmp_path, "--pairs", "2", "--dwells", "14100", "--entries", "call,fallthrough")
     assert log.read_text().split() == ["14100-call", "14100-fallthrough"] * 2
     table = load().summarize(out)
     assert table[(14100, "call", "harness")] == [4, 360, 2, 2]
@@ -88,16 +84,8 @@ def test_entries_are_arms_too(tmp_path: Path):
 
 
 def test_reference_entry_same_gives_the_reference_the_arms_entry(tmp_path: Path):
-    build = tmp_path / "build"
-    build.mkdir()
-    fake = build / "crossmod"
-    fake.write_text(FAKE)
-    fake.chmod(0o755)
-    out = tmp_path / "out"
-    r = subprocess.run([sys.executable, SCRIPT, "--build", str(build), "--pairs", "1", "--dwells", "14100",
-                        "--entries", "call,fallthrough", "--reference-entry", "same", "--out", str(out)],
-                       env=dict(os.environ, FAKE_LOG=str(tmp_path / "log")), capture_output=True, text=True)
-    assert r.returncode == 0, r.stderr
+    r, out, _ = run_ab(tmp_path, "--pairs", "1", "--dwells", "14100", "--entries", "call,fallthrough",
+                       "--reference-entry", "same")
     table = load().summarize(out)
     assert table[(14100, "fallthrough", "reference")] == [2, 160, 1, 1]
     assert table[(14100, "call", "reference")] == [2, 160, 1, 1]
