@@ -9,12 +9,13 @@ Runs `crossmod crosscheck --rounds 1 --dwell D --site-entry E` for each dwell an
 entry in turn, `--pairs` times (A, B, A, B ...: the machine changes under us), each into
 DIR/d<D>/ (DIR/d<D>-<E>/ when more than one entry is given), and then prints, per dwell,
 entry and detector (harness cell, independent reference), the tears over exposed toggles
-pooled over the runs and in how many runs that detector tore. The reference calls the site
-unless `--reference-entry same`, which gives it the arm's entry too (crosscheck
---reference-entry): then an entry effect both detectors show is the machine's. The reference detector keeps
+pooled over the runs and in how many runs that detector tore. The reference detector keeps
 its own site, handler, executor loop and dwell loop, so an effect seen by one detector
-and not by the other is the harness's, not the machine's. Reads the crosscheck CSVs and
-the site entry from the JSON beside each (absent before 2026-11-27, when cells fell through).
+and not by the other is the harness's, not the machine's. The reference calls its site
+unless `--reference-entry same` gives it each arm's entry too (crosscheck
+--reference-entry); an entry effect both then show is the machine's. Reads the crosscheck
+CSVs and the entries from the JSON beside each (absent before 2026-11-27, when cells fell
+through and the reference called).
 """
 import argparse
 import csv

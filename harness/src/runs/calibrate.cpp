@@ -646,7 +646,7 @@ std::vector<ResultRow> read_prior_rows(const std::string& dir, const std::string
       }
       // Cells that fell through to the site (runs before 2026-11-27) saw up to ~16x fewer
       // tears than cells that call it, at calibrate's dwell on the Xeon guest
-      // (results/intel-fam6-mod207-step2-1pkg/README.md, section 3): their tears are
+      // (results/intel-fam6-mod207-step2-1pkg/README.md, section 3b): their tears are
       // real and still count, their clean cells are no evidence.
       const bool tears_only = context_site_entry(context) != to_string(SiteEntry::call);
       std::size_t n = 0, dropped = 0;
