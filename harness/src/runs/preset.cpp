@@ -312,8 +312,9 @@ std::string SweepConfig::to_json() const {
       .num("toggles", toggles)
       .raw("protocol_toggles", ptog.render())
       .raw("dwell", dwell_ticks == 0 ? std::string("\"auto\"") : std::to_string(dwell_ticks))
-      // Cells call the site itself (CellSpec::site_entry); sweeps before 2026-11-27 fell through.
-      .str("site_entry", "call")
+      // What the cells do (CellSpec's default, which sweeps never change); sweeps before
+      // 2026-11-27 fell through and recorded nothing.
+      .str("site_entry", to_string(CellSpec{}.site_entry))
       .num("watchdog_s", watchdog_s)
       .num("max_failures", max_failures);
   const auto& k = calibrate;
