@@ -6,8 +6,9 @@ run list scripts/profile_eval.py writes (runs.csv):
 - table3:   per workload and policy, CPU-time slowdown against the run without any
             preload (paired per round of the interleaving: median and min..max over
             rounds), the same against `none` of the round (the runtime loaded, no probe on:
-            a policy's cost beyond start-up), toggle share, toggles/s, samples/s, probes,
-            functions (PLDI'16 Table 3).
+            a policy's cost beyond start-up), toggle share, the runtime's set-up share
+            (its scan, --trace attach and calibration: overhead.setup_share), toggles/s,
+            samples/s, probes, functions (PLDI'16 Table 3).
 - accuracy: per latency_lab function and run, the true mean latency against the estimate
             and its interval (covered? within 10%?); and the on-CPU mean (samples without
             a context switch, newer profilers) against the true mean of unpreempted calls.
@@ -424,7 +425,7 @@ def table3(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
             "vs_none_median": 1.0 if label == "none" and ok else _median(sn),
             "vs_none_ci_lo": ci_n[0], "vs_none_ci_hi": ci_n[1],
             "instr_share": med("instr_share"), "toggle_share": med("toggle_share"),
-            "daemon_share": med("daemon_share"),
+            "daemon_share": med("daemon_share"), "setup_share": med("setup_share"),
             "toggles_per_s": med("toggles_per_s"), "samples_per_s": med("samples_per_s"),
             "probes": med("probes"), "functions": med("functions"),
         })
@@ -722,8 +723,8 @@ def _num(v: Optional[float]) -> str:
 def table3_markdown(rows: list[dict[str, Any]]) -> str:
     lines = ["| workload | provider | config | runs | CPU s (median) | slowdown (median, min..max) "
              "| median's 95% interval | vs none (median, 95% interval) | instr share | toggle share | daemon share "
-             "| toggles/s | samples/s | probes | functions |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "| set-up share | toggles/s | samples/s | probes | functions |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         if r["slowdown_median"] is None:
             slow = "-"
@@ -746,7 +747,7 @@ def table3_markdown(rows: list[dict[str, Any]]) -> str:
         runs = f"{r['runs']}" + (f" ({r['failed_runs']} failed)" if r["failed_runs"] else "")
         lines.append(f"| {r['workload']} | {r['provider']} | {r['config']} | {runs} | {cpu} | {slow} | {ci} | {vs_none} | "
                      f"{_pct(r['instr_share'])} | {_pct(r['toggle_share'], 3)} | {_pct(r['daemon_share'])} | "
-                     f"{_num(r['toggles_per_s'])} | "
+                     f"{_pct(r.get('setup_share'))} | {_num(r['toggles_per_s'])} | "
                      f"{_num(r['samples_per_s'])} | {_num(r['probes'])} | {_num(r['functions'])} |")
     return "\n".join(lines) + "\n"
 

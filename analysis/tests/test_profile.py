@@ -53,7 +53,7 @@ def make_profile(policy: str, estimates: dict[str, tuple[float, float, float]], 
         "run": run,
         "overhead": {"probes": 20, "functions": 10, "toggles": 500, "toggles_per_s": toggles_per_s,
                      "samples": 1000, "samples_per_s": 500.0, "instr_ticks": 1, "instr_share": 0.03,
-                     "toggle_ticks": 1, "toggle_share": 0.001},
+                     "toggle_ticks": 1, "toggle_share": 0.001, "setup_share": 0.002},
         "timeline": [{"t_s": 0.01 * k, "instr_share": 0.04 + 0.001 * (k % 3), "budget": budget,
                       "active_probes": 10 - k % 4} for k in range(1, 30)],
         "functions": fns,
@@ -185,6 +185,9 @@ def test_table3_paired_slowdown(eval_folder):
     assert "| lab-cyg | cyg | full | 2 | 9.000 | 3.000x (3.000..3.000) | - | 2.994x |" in md
     assert "| lab-cyg | cyg | none | 2 | 3.006 | 1.002x (1.002..1.002) | - | 1 (reference) |" in md
     assert "| lab-cyg | cyg | baseline | 2 | 3.000 | 1 (reference) | - | - |" in md
+    # The runtime's set-up share beside the daemon's; "-" where no profile has one (baseline).
+    assert t3["budget"]["setup_share"] == pytest.approx(0.002) and t3["baseline"]["setup_share"] is None
+    assert "| 3.00% | 0.100% | - | 0.20% | 1,000 |" in md
 
 
 def test_slowdown_skips_failed_runs(eval_folder):

@@ -887,6 +887,48 @@ TEST(ProfileBudget, DaemonCpuIsChargedWhole) {
   EXPECT_GE(j["overhead"]["instr_ticks"].get<double>(), daemon_ticks * 0.999) << j["overhead"].dump();
 }
 
+// The runtime's set-up (its constructor's scan, --trace attach and calibration) is the
+// instrumentation's time, and under budget a debt that later periods repay, each with up
+// to half of its cap. `--trace '*'` on prof_mt_plain attaches ~7,000 functions of libc
+// and libstdc++: 60-100 ms of set-up here, 20-30% of the run's CPU time, far more than a
+// 5% budget's halves repay in the run (one run: 5.9 of 66.6 ms). Sampling goes on with the
+// other halves (481 samples in that run, 563 with no repayment, 7 with the debt charged
+// whole at once). Under paper, with no budget, the set-up is reported and not repaid.
+TEST(ProfileBudget, SetupIsRepaidFromHalfTheBudget) {
+  for (const char* policy : {"budget", "paper"}) {
+    const Outcome r = crossmod(std::string("setup-") + policy,
+                               std::string("--quiet --policy ") + policy + " --trace '*' -- " + PROF_MT_PLAIN + " 1 2000000");
+    ASSERT_EQ(r.status, 0) << policy << "\n" << r.err;
+    const json j = report(r);
+    const json& o = j["overhead"];
+    const double setup_s = o["setup_s"].get<double>(), cpu_s = j["run"]["cpu_s"].get<double>();
+    const double repaid_s = o["setup_repaid_s"].get<double>();
+    ASSERT_GT(setup_s, 0.0) << policy << "\n" << o.dump();
+    EXPECT_DOUBLE_EQ(o["setup_share"].get<double>(), setup_s / cpu_s) << policy;
+    // In the instrumentation's time, under every policy.
+    EXPECT_GE(o["instr_ticks"].get<double>(), 0.999 * setup_s * j["run"]["tsc_hz"].get<double>()) << policy << "\n" << o.dump();
+    double with_calls = 0;
+    for (const json& f : j["functions"])
+      if (f["calls_observed"].get<double>() > 0) ++with_calls;
+    ASSERT_GT(with_calls, 0.0) << policy;
+    if (std::string(policy) == "budget") {
+      // The premise: a debt larger than what half of a 5% budget can repay in the run.
+      ASSERT_GE(o["setup_share"].get<double>(), 0.1) << o.dump();
+      EXPECT_GT(repaid_s, 0.0) << o.dump();
+      // Half of each period's cap, 5% of the CPU time the process had in the period
+      // before: at most 2.5% of the run's (1% for the clocks' conversions).
+      EXPECT_LE(repaid_s, 0.025 * cpu_s * 1.01) << o.dump();
+      EXPECT_LT(repaid_s, setup_s) << o.dump();
+      EXPECT_GT(o["samples"].get<double>(), with_calls) << o.dump();
+      EXPECT_TRUE(has_note(j, "the runtime's set-up (scan, --trace attach, calibration) took")) << j["notes"].dump();
+    } else {
+      EXPECT_EQ(repaid_s, 0.0) << o.dump();
+      EXPECT_GT(o["samples"].get<double>(), 4 * with_calls) << o.dump();
+      EXPECT_FALSE(has_note(j, "the runtime's set-up")) << j["notes"].dump();
+    }
+  }
+}
+
 // --max-functions sizes the runtime's function table: with 3 slots, the program's other
 // functions are found but not profiled, and the note says how many and how to raise it.
 TEST(ProfileTable, MaxFunctionsSizesTheTable) {
@@ -903,14 +945,18 @@ TEST(ProfileTable, MaxFunctionsSizesTheTable) {
 // over its cap. That excess used to be forgiven at the next period, and the run charged
 // itself 2.1-2.5 times a 1% budget (prof_many, both providers, 3 runs each); carried over
 // as a debt it charges 1.0-1.1 times. The share is the report's own accounting (what the
-// budget enforces), not a timing: the bound is 1.5 times the budget.
+// budget enforces), not a timing: the bound is 1.5 times the budget. The runtime's set-up
+// is in that share too, and is repaid from the budget as far as the run lasts: the part
+// not repaid by the end (1-3 ms, ~1% of these short runs) is outside what it enforces.
 TEST(ProfileBudget, OverspentPeriodsAreRepaid) {
   for (const auto& [name, prog, rounds] : {std::tuple{"cyg", PROF_MANY_CYG, "8000"}, std::tuple{"pfe", PROF_MANY_PFE, "16000"}}) {
     const Outcome r = crossmod(std::string("budget-many-") + name,
                                std::string("--quiet --policy budget --budget 1% -- ") + prog + " " + rounds);
     ASSERT_EQ(r.status, 0) << name << "\n" << r.err;
     const json j = report(r);
-    const double share = j["overhead"]["instr_share"].get<double>();
+    const json& o = j["overhead"];
+    const double unpaid = o["setup_s"].get<double>() - o["setup_repaid_s"].get<double>();
+    const double share = o["instr_share"].get<double>() - unpaid / j["run"]["cpu_s"].get<double>();
     EXPECT_GT(j["overhead"]["budget_offs"].get<double>(), 1000.0) << name << ": no storm of switch-offs\n" << j["overhead"].dump();
     EXPECT_LE(share, 0.015) << name << "\n" << j["overhead"].dump();
   }

@@ -12,11 +12,12 @@
 namespace crossmod::profile {
 
 inline constexpr char kMagic[8] = {'C', 'M', 'P', 'R', 'O', 'F', '1', '\0'};
-inline constexpr std::uint32_t kVersion = 9;  // 2: compensated samples, context-switch split; 3: nest_ticks;
-                                              // 4: cold samples, per-window call estimate;
-                                              // 5: daemon_cpu_ns; 6: refusals; 7: histograms
-                                              // apart from the records; 8: records in lines,
-                                              // walks/walked; 9: fixed_sum
+inline constexpr std::uint32_t kVersion = 10;  // 2: compensated samples, context-switch split; 3: nest_ticks;
+                                               // 4: cold samples, per-window call estimate;
+                                               // 5: daemon_cpu_ns; 6: refusals; 7: histograms
+                                               // apart from the records; 8: records in lines,
+                                               // walks/walked; 9: fixed_sum; 10: setup_cpu_ns,
+                                               // setup_repaid_ticks
 // Latency histogram: 4 buckets per power of two ("log2-ish"), up to 2^kHistOctaves ticks.
 inline constexpr unsigned kHistSub = 4;
 inline constexpr unsigned kHistOctaves = 48;
@@ -79,6 +80,11 @@ struct Header {
   // everything it does, charged to the budget or not (folds, windows, switch-ons, retraction).
   std::uint64_t daemon_cpu_ns;
   std::uint64_t daemon_instr_ticks;  // budget: the daemon's switch-ons, charged to the budget
+  // The runtime's own set-up on the program's threads (CLOCK_THREAD_CPUTIME_ID, ns): its
+  // constructor (scan, --trace attach, calibration) and the attach after every dlopen.
+  // Instrumentation time under every policy; under budget a debt that later periods repay.
+  std::uint64_t setup_cpu_ns;
+  std::uint64_t setup_repaid_ticks;  // budget: how much of that debt the periods repaid
   std::uint64_t hits;           // probe-function invocations
   std::uint64_t epochs;         // daemon folds done
   std::uint64_t budget_offs;    // times a spent budget switched a function off

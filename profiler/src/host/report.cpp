@@ -161,6 +161,8 @@ ProfileData read_segments(const std::string& raw_dir, const RunInfo& run) {
     d.walks += h.walks;
     d.walked += h.walked;
     d.daemon_cpu_ns += h.daemon_cpu_ns;
+    d.setup_cpu_ns += h.setup_cpu_ns;
+    d.setup_repaid_ticks += h.setup_repaid_ticks;
     if ((h.flags & kFlagSwitchDetect) != 0) d.switch_detect = true;
     if ((h.flags & kFlagSwitchOff) != 0) d.switch_off = true;
     if (h.switch_errno != 0) d.switch_errno = h.switch_errno;
@@ -183,6 +185,7 @@ ProfileData read_segments(const std::string& raw_dir, const RunInfo& run) {
                                     "(--max-functions raises it, up to 65536)",
                                     h.segment, h.dropped_funcs, h.max_funcs));
     d.instr_ticks += h.daemon_instr_ticks;
+    d.instr_ticks += static_cast<std::uint64_t>(static_cast<double>(h.setup_cpu_ns) * run.tsc_hz / 1e9);
     const std::uint64_t nt = std::min<std::uint64_t>(h.nthreads, h.max_threads);
     d.threads += h.nthreads;
     for (std::uint64_t i = 0; i < nt; ++i) {
@@ -249,6 +252,20 @@ ProfileData read_segments(const std::string& raw_dir, const RunInfo& run) {
   }
   for (auto& [text, segs] : image_notes)
     d.notes.push_back(hdrs.size() == 1 ? std::move(text) : segments_text(segs) + ": " + text);
+  // Under budget the set-up is a debt the periods repay from half their cap (runtime.cpp,
+  // charge_setup): one the size of the budget's share of the run halved its sampling.
+  const double cpu_s = run.user_s + run.sys_s;
+  const double setup_share = cpu_s > 0 ? static_cast<double>(d.setup_cpu_ns) / 1e9 / cpu_s : 0.0;
+  if (run.policy.name == "budget" && run.policy.budget > 0 && setup_share >= run.policy.budget / 2)
+    d.notes.push_back(fmt::format(
+        "the runtime's set-up (scan, --trace attach, calibration) took {:.1f}% of the run's CPU time; under "
+        "budget later periods repay it with up to half of their budget ({:.0f}% of it repaid), and sample less "
+        "meanwhile (overhead.setup_s, setup_repaid_s)",
+        100 * setup_share,
+        d.setup_cpu_ns > 0 && run.tsc_hz > 0
+            ? std::min(100.0, 100.0 * static_cast<double>(d.setup_repaid_ticks) / run.tsc_hz /
+                                  (static_cast<double>(d.setup_cpu_ns) / 1e9))
+            : 0.0));
   if (!hdrs.empty() && d.probes == 0)
     d.notes.push_back(
         "no probe sites: build the program with -finstrument-functions or -fpatchable-function-entry=5, "
@@ -483,7 +500,10 @@ nlohmann::json report_json(const ProfileData& d, const RunInfo& run, const std::
                    {"walks", d.walks},
                    {"walked_per_walk", d.walks > 0 ? static_cast<double>(d.walked) / static_cast<double>(d.walks) : 0.0},
                    {"daemon_cpu_s", static_cast<double>(d.daemon_cpu_ns) / 1e9},
-                   {"daemon_share", cpu_s > 0 ? static_cast<double>(d.daemon_cpu_ns) / 1e9 / cpu_s : 0.0}};
+                   {"daemon_share", cpu_s > 0 ? static_cast<double>(d.daemon_cpu_ns) / 1e9 / cpu_s : 0.0},
+                   {"setup_s", static_cast<double>(d.setup_cpu_ns) / 1e9},
+                   {"setup_share", cpu_s > 0 ? static_cast<double>(d.setup_cpu_ns) / 1e9 / cpu_s : 0.0},
+                   {"setup_repaid_s", run.tsc_hz > 0 ? static_cast<double>(d.setup_repaid_ticks) / run.tsc_hz : 0.0}};
   json tl = json::array();
   for (const TimelinePoint& p : d.timeline)
     tl.push_back({{"t_s", p.t_s},
@@ -618,12 +638,13 @@ std::string report_table(const ProfileData& d, const RunInfo& run, std::size_t t
                    run.signal ? fmt::format(" (signal {})", run.signal) : std::string(), run.wall_s, cpu_s, d.probes,
                    d.functions.size() + (d.never_called_listed ? 0 : d.never_called));
   o += fmt::format("  toggles {} ({:.0f}/s), samples {} ({:.0f}/s), instrumentation {:.2f}% of cpu, toggling {:.3f}%, "
-                   "daemon thread {:.2f}%\n",
+                   "daemon thread {:.2f}%, set-up {:.2f}%\n",
                    d.toggles, run.wall_s > 0 ? static_cast<double>(d.toggles) / run.wall_s : 0.0, samples,
                    run.wall_s > 0 ? static_cast<double>(samples) / run.wall_s : 0.0,
                    cpu_s > 0 ? 100.0 * static_cast<double>(d.instr_ticks) / (cpu_s * run.tsc_hz) : 0.0,
                    cpu_s > 0 ? 100.0 * static_cast<double>(d.toggle_ticks) / (cpu_s * run.tsc_hz) : 0.0,
-                   cpu_s > 0 ? 100.0 * static_cast<double>(d.daemon_cpu_ns) / 1e9 / cpu_s : 0.0);
+                   cpu_s > 0 ? 100.0 * static_cast<double>(d.daemon_cpu_ns) / 1e9 / cpu_s : 0.0,
+                   cpu_s > 0 ? 100.0 * static_cast<double>(d.setup_cpu_ns) / 1e9 / cpu_s : 0.0);
   o += fmt::format("  {:>12} {:>14} {:>9} {:>12} {:>10} {:>8} {:>12} {:>7}  {}\n", "calls_obs", "calls_est",
                    "samples", "mean_ticks", "+-95%", "+-sys", "p99_ticks", "share", "function");
   std::size_t k = 0;
