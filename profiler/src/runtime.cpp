@@ -144,6 +144,9 @@ FuncRecord g_calib_rec{};
 std::int64_t g_self[4] = {};
 // Header::nest_ticks, added to Tls::nest on every entry of a function with an exit probe.
 std::int64_t g_nest[4] = {};
+// Per provider: what finish() charges a hit beyond its measured time and calib_ticks,
+// half of a positive nest_ticks (a call is two hits); 0 until calibrate_self has run.
+std::uint64_t g_hit_extra[4] = {};
 // calibrate_self: the signed sum of raw - accounted over the calibration site's samples
 // (the stored durations are clamped at 0 and would hide an over-subtraction).
 std::int64_t g_calib_signed = 0;
@@ -272,8 +275,10 @@ std::uint64_t g_ncpus = 1;  // CPUs the process may run on (sched_getaffinity at
 // The instrumentation time every thread has accounted so far.
 std::uint64_t instr_sum() noexcept {
   const std::uint64_t nt = std::min<std::uint64_t>(A(g_hdr->nthreads).load(std::memory_order_relaxed), g_cfg.max_threads);
-  std::uint64_t s = A(g_spare_thread.instr_ticks).load(std::memory_order_relaxed);
-  for (std::uint64_t i = 0; i < nt; ++i) s += A(g_threads[i].instr_ticks).load(std::memory_order_relaxed);
+  std::uint64_t s = A(g_spare_thread.instr_ticks).load(std::memory_order_relaxed) +
+                    A(g_spare_thread.extra_ticks).load(std::memory_order_relaxed);
+  for (std::uint64_t i = 0; i < nt; ++i)
+    s += A(g_threads[i].instr_ticks).load(std::memory_order_relaxed) + A(g_threads[i].extra_ticks).load(std::memory_order_relaxed);
   return s;
 }
 
@@ -421,10 +426,15 @@ inline void finish(Tls& t, FuncRecord& f, std::uint64_t t0) noexcept {
   }
   const std::uint64_t cost = spent + g_hdr->calib_ticks;
   add(t.rec->instr_ticks, cost);
+  // The provider's part of a hit's cost that neither rdtsc pair nor calib_ticks sees
+  // (tracepoints: the trampoline and the redirected return; g_hit_extra). Kept apart from
+  // instr_ticks, which the samples' compensation reads.
+  const std::uint64_t extra = g_hit_extra[f.provider & 3];
+  if (extra != 0) add(t.rec->extra_ticks, extra);
   ++t.hits;
   if (budget) {
-    t.spent += cost;
-    t.pending += cost;
+    t.spent += cost + extra;
+    t.pending += cost + extra;
   }
 }
 
@@ -1843,6 +1853,7 @@ __attribute__((constructor(200))) void profile_init() {
   calibrate_self(g_calib_cyg_entry, g_calib_cyg_exit, crossmod_profile_calib_target_cyg, cp::Provider::cyg);
   if (g_calib_tp_entry != cp::kNoProbe && !cp::tracepoint_trap_mode(g_calib_tp_entry))
     calibrate_self(g_calib_tp_entry, g_calib_tp_exit, crossmod_profile_calib_target_tp, cp::Provider::tracepoint);
+  for (unsigned k = 0; k < 4; ++k) g_hit_extra[k] = g_nest[k] > 0 ? static_cast<std::uint64_t>(g_nest[k]) / 2 : 0;
   std::atexit(at_exit);
   end_startup();
   charge_setup(cpu0);

@@ -929,6 +929,31 @@ TEST(ProfileBudget, SetupIsRepaidFromHalfTheBudget) {
   }
 }
 
+// A hit is charged its measured probe-function time, calib_ticks, and half of its
+// provider's nest_ticks (what a call adds to its caller beyond its two hits' charge, as
+// calibrated at start-up): the part of its cost outside both (for tracepoints the
+// trampoline and the redirected return: nest_ticks 113 on python3, against 60 for
+// calib_ticks). Under full every call of prof_mt_pfe's functions is two hits, so the
+// report's extra_ticks is exactly that half times twice the calls observed.
+TEST(ProfileBudget, HitsAreChargedTheirNestShare) {
+  const Outcome r = crossmod("extra-pfe", std::string("--quiet --policy full -- ") + PROF_MT_PFE + " 2 20000");
+  ASSERT_EQ(r.status, 0) << r.err;
+  const json j = report(r);
+  const json& o = j["overhead"];
+  ASSERT_TRUE(o["nest_ticks"]["patchable"].is_number_integer()) << o.dump();
+  const long nest = o["nest_ticks"]["patchable"].get<long>();
+  const unsigned long per_hit = nest > 0 ? static_cast<unsigned long>(nest) / 2 : 0;
+  unsigned long calls = 0;
+  for (const json& f : j["functions"]) {
+    ASSERT_EQ(f["provider"], "patchable") << f.dump();
+    ASSERT_EQ(f["samples"].get<unsigned long>() + f["discovery_exits"].get<unsigned long>(),
+              f["calls_observed"].get<unsigned long>()) << f.dump();
+    calls += f["calls_observed"].get<unsigned long>();
+  }
+  ASSERT_GT(calls, 40000u);
+  EXPECT_EQ(o["extra_ticks"].get<unsigned long>(), per_hit * 2 * calls) << o.dump();
+}
+
 // --max-functions sizes the runtime's function table: with 3 slots, the program's other
 // functions are found but not profiled, and the note says how many and how to raise it.
 TEST(ProfileTable, MaxFunctionsSizesTheTable) {

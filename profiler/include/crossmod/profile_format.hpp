@@ -12,12 +12,12 @@
 namespace crossmod::profile {
 
 inline constexpr char kMagic[8] = {'C', 'M', 'P', 'R', 'O', 'F', '1', '\0'};
-inline constexpr std::uint32_t kVersion = 10;  // 2: compensated samples, context-switch split; 3: nest_ticks;
+inline constexpr std::uint32_t kVersion = 11;  // 2: compensated samples, context-switch split; 3: nest_ticks;
                                                // 4: cold samples, per-window call estimate;
                                                // 5: daemon_cpu_ns; 6: refusals; 7: histograms
                                                // apart from the records; 8: records in lines,
                                                // walks/walked; 9: fixed_sum; 10: setup_cpu_ns,
-                                               // setup_repaid_ticks
+                                               // setup_repaid_ticks; 11: extra_ticks
 // Latency histogram: 4 buckets per power of two ("log2-ish"), up to 2^kHistOctaves ticks.
 inline constexpr unsigned kHistSub = 4;
 inline constexpr unsigned kHistOctaves = 48;
@@ -248,10 +248,15 @@ struct ThreadRecord {
   std::uint64_t sum_ticks;
   std::uint64_t instr_ticks;
   std::uint64_t budget_hits;  // hits that found this thread's budget spent
+  // What the hits cost beyond instr_ticks: each hit's share of its provider's nest_ticks
+  // (Header::nest_ticks: what a call adds to its caller beyond its two hits' charge).
+  // Charged to the budget and reported with instr_ticks; not taken off samples (the
+  // compensation takes nest_ticks off per nested call itself).
+  std::uint64_t extra_ticks;
   // One cache line per thread: every probe hit adds to its thread's record, and with
   // records sharing lines those adds fetched the line from the core of another thread
   // (false sharing) inside sampled intervals, after the hit's accounting had stopped.
-  std::uint64_t pad[2];
+  std::uint64_t pad[1];
 };
 static_assert(sizeof(ThreadRecord) == 64);
 

@@ -98,6 +98,7 @@ struct ProfileData {
   std::uint64_t daemon_cpu_ns = 0;  // Header::daemon_cpu_ns, summed over segments
   std::uint64_t setup_cpu_ns = 0;   // Header::setup_cpu_ns, summed over segments (also in instr_ticks)
   std::uint64_t setup_repaid_ticks = 0;  // Header::setup_repaid_ticks, summed over segments
+  std::uint64_t extra_ticks = 0;    // ThreadRecord::extra_ticks, summed (also in instr_ticks)
   std::int64_t self_ticks[4] = {};  // per provider (Header::self_ticks)
   bool self_calibrated[4] = {};
   std::int64_t nest_ticks[4] = {};  // per provider (Header::nest_ticks)

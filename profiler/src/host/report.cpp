@@ -190,8 +190,9 @@ ProfileData read_segments(const std::string& raw_dir, const RunInfo& run) {
     d.threads += h.nthreads;
     for (std::uint64_t i = 0; i < nt; ++i) {
       const ThreadRecord& t = threads[i];
-      d.threads_list.push_back({t.tid, h.segment, t.calls, t.samples, t.sum_ticks, t.instr_ticks, t.budget_hits});
-      d.instr_ticks += t.instr_ticks;
+      d.threads_list.push_back({t.tid, h.segment, t.calls, t.samples, t.sum_ticks, t.instr_ticks + t.extra_ticks, t.budget_hits});
+      d.instr_ticks += t.instr_ticks + t.extra_ticks;
+      d.extra_ticks += t.extra_ticks;
     }
     for (std::uint64_t i = 0; i < std::min<std::uint64_t>(h.ntimeline, h.timeline_cap); ++i) {
       const TimelineEntry& e = timeline[i];
@@ -483,6 +484,7 @@ nlohmann::json report_json(const ProfileData& d, const RunInfo& run, const std::
                    {"samples", samples},
                    {"samples_per_s", run.wall_s > 0 ? static_cast<double>(samples) / run.wall_s : 0.0},
                    {"instr_ticks", d.instr_ticks},
+                   {"extra_ticks", d.extra_ticks},
                    {"instr_share", cpu_ticks > 0 ? static_cast<double>(d.instr_ticks) / cpu_ticks : 0.0},
                    {"toggle_ticks", d.toggle_ticks},
                    {"toggle_share", cpu_ticks > 0 ? static_cast<double>(d.toggle_ticks) / cpu_ticks : 0.0},
