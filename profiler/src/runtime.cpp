@@ -225,8 +225,9 @@ Tls& tls() noexcept {
 
 // Adds to a field of the thread's own record. Only its thread writes there, so a load and
 // a store do, without the lock prefix of a fetch_add (five such adds per sampled call;
-// ~20 cycles each on this VM's cores): except on a record shared with another thread or
-// process (g_spare_thread; the forking thread's after a fork without exec).
+// python3 under full took 0.888x the CPU time without them: profiler/README.md, How it
+// works): except on a record shared with another thread or process (g_spare_thread; the
+// forking thread's after a fork without exec).
 inline void own_add(const Tls& t, std::uint64_t& v, std::uint64_t d) noexcept {
   if (t.shared_rec) [[unlikely]] {
     add(v, d);
