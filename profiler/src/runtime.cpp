@@ -1199,7 +1199,7 @@ std::uint64_t store_daemon_cpu() noexcept {
 // instrumentation's own time like a probe hit's (overhead.setup_s, in instr_ticks; python3
 // with --trace 'Py*': 13-15 ms, 1.3-1.5% of a 1 s run, used to be outside it). Under
 // budget it becomes a debt (g_setup_debt) that the periods after it repay, each with up
-// to half of its process-wide cap (daemon_main), so that the budget holds over a run long
+// to half of what its process-wide cap leaves (daemon_main), so that the budget holds over a run long
 // enough to repay it while sampling goes on meanwhile; charged whole at once, the debt of
 // a short run kept every function off to its end (profiler/README.md, Budget accounting).
 void charge_setup(std::uint64_t cpu0) noexcept {
@@ -1343,10 +1343,15 @@ void* daemon_main(void*) {
       // subtraction leaves the hits added since the load in place.
       const std::uint64_t spent = g_period_spent.load(std::memory_order_relaxed);
       g_period_spent.fetch_sub(std::min(spent, cap_before), std::memory_order_relaxed);
-      // The set-up's debt (charge_setup): up to half of the new period's cap repays it.
-      // Only this thread takes from it; program threads may add (a dlopen's attach).
+      // The set-up's debt (charge_setup): up to half of what the new period's cap leaves
+      // after the debt carried into it repays it, so that the repayment never puts a
+      // period in debt by itself (taken from the whole cap, it deepened the debt of
+      // periods that began overspent, and prof_many's 1% budget charged 1.8%). Only this
+      // thread takes from it; program threads may add (a dlopen's attach).
       if (const std::uint64_t debt = g_setup_debt.load(std::memory_order_relaxed); debt > 0) {
-        const std::uint64_t pay = std::min(debt, g_process_cap.load(std::memory_order_relaxed) / 2);
+        const std::uint64_t cap = g_process_cap.load(std::memory_order_relaxed);
+        const std::uint64_t carried = g_period_spent.load(std::memory_order_relaxed);
+        const std::uint64_t pay = std::min(debt, cap > carried ? (cap - carried) / 2 : 0);
         g_setup_debt.fetch_sub(pay, std::memory_order_relaxed);
         g_period_spent.fetch_add(pay, std::memory_order_relaxed);
         add(g_hdr->setup_repaid_ticks, pay);

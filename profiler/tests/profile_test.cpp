@@ -889,7 +889,7 @@ TEST(ProfileBudget, DaemonCpuIsChargedWhole) {
 
 // The runtime's set-up (its constructor's scan, --trace attach and calibration) is the
 // instrumentation's time, and under budget a debt that later periods repay, each with up
-// to half of its cap. `--trace '*'` on prof_mt_plain attaches ~7,000 functions of libc
+// to half of what its cap leaves. `--trace '*'` on prof_mt_plain attaches ~7,000 functions of libc
 // and libstdc++: 60-100 ms of set-up here, 20-30% of the run's CPU time, far more than a
 // 5% budget's halves repay in the run (one run: 5.9 of 66.6 ms). Sampling goes on with the
 // other halves (481 samples in that run, 563 with no repayment, 7 with the debt charged
