@@ -1199,9 +1199,10 @@ std::uint64_t store_daemon_cpu() noexcept {
 // instrumentation's own time like a probe hit's (overhead.setup_s, in instr_ticks; python3
 // with --trace 'Py*': 13-15 ms, 1.3-1.5% of a 1 s run, used to be outside it). Under
 // budget it becomes a debt (g_setup_debt) that the periods after it repay, each with up
-// to half of what its process-wide cap leaves (daemon_main), so that the budget holds over a run long
-// enough to repay it while sampling goes on meanwhile; charged whole at once, the debt of
-// a short run kept every function off to its end (profiler/README.md, Budget accounting).
+// to half of what its process-wide cap leaves (daemon_main), so that the budget holds
+// over a run long enough to repay it while sampling goes on meanwhile; charged whole at
+// once, the debt of a short run kept every function off to its end (profiler/README.md,
+// Budget accounting).
 void charge_setup(std::uint64_t cpu0) noexcept {
   const std::uint64_t cpu1 = thread_cpu_ns();
   if (cpu0 == 0 || cpu1 <= cpu0) return;
