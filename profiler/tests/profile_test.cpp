@@ -970,9 +970,13 @@ TEST(ProfileTable, MaxFunctionsSizesTheTable) {
 // over its cap. That excess used to be forgiven at the next period, and the run charged
 // itself 2.1-2.5 times a 1% budget (prof_many, both providers, 3 runs each); carried over
 // as a debt it charges 1.0-1.1 times. The share is the report's own accounting (what the
-// budget enforces), not a timing: the bound is 1.5 times the budget. The runtime's set-up
-// is in that share too, and is repaid from the budget as far as the run lasts: the part
-// not repaid by the end (1-3 ms, ~1% of these short runs) is outside what it enforces.
+// budget enforces), not a timing, less two parts the debt does not bound in a run this
+// short: the runtime's set-up not repaid by the end (1-3 ms, ~1% of these runs), and the
+// daemon's CPU time, charged whole after the fact, which grows with the machine's load
+// (0.3-0.5% alone here; 0.8% and 1.6% in two CI runs, which then failed the old bound of
+// 1.5 times the budget on the sum). What is left, the hits and their switch-offs, is held
+// to 1.25 times the budget: 0.66-0.83% with the debt, 1.53-1.75% with the carry-over
+// disabled (3 runs each, 27 Nov, a trial build not kept).
 TEST(ProfileBudget, OverspentPeriodsAreRepaid) {
   for (const auto& [name, prog, rounds] : {std::tuple{"cyg", PROF_MANY_CYG, "8000"}, std::tuple{"pfe", PROF_MANY_PFE, "16000"}}) {
     const Outcome r = crossmod(std::string("budget-many-") + name,
@@ -981,9 +985,10 @@ TEST(ProfileBudget, OverspentPeriodsAreRepaid) {
     const json j = report(r);
     const json& o = j["overhead"];
     const double unpaid = o["setup_s"].get<double>() - o["setup_repaid_s"].get<double>();
-    const double share = o["instr_share"].get<double>() - unpaid / j["run"]["cpu_s"].get<double>();
+    const double share = o["instr_share"].get<double>() - unpaid / j["run"]["cpu_s"].get<double>() -
+                         o["daemon_share"].get<double>();
     EXPECT_GT(j["overhead"]["budget_offs"].get<double>(), 1000.0) << name << ": no storm of switch-offs\n" << j["overhead"].dump();
-    EXPECT_LE(share, 0.015) << name << "\n" << j["overhead"].dump();
+    EXPECT_LE(share, 0.0125) << name << "\n" << j["overhead"].dump();
   }
 }
 
