@@ -1179,22 +1179,25 @@ void sleep_until(const timespec& t) noexcept {
   }
 }
 
-// The calling thread's CPU time (ns; 0 if the clock fails).
-std::uint64_t thread_cpu_ns() noexcept {
+std::uint64_t ns_of(const timespec& t) noexcept {
+  return static_cast<std::uint64_t>(t.tv_sec) * 1'000'000'000u + static_cast<std::uint64_t>(t.tv_nsec);
+}
+
+// A clock's reading (ns; 0 if the clock fails): the thread's or the process's CPU time.
+std::uint64_t clock_ns(clockid_t id) noexcept {
   timespec c{};
-  if (clock_gettime(CLOCK_THREAD_CPUTIME_ID, &c) != 0) return 0;
-  return static_cast<std::uint64_t>(c.tv_sec) * 1'000'000'000u + static_cast<std::uint64_t>(c.tv_nsec);
+  return clock_gettime(id, &c) == 0 ? ns_of(c) : 0;
 }
 
 // The daemon's whole CPU time so far (the report's overhead.daemon_cpu_s): what it costs
 // the program besides the probe hits. Returns it (ns; 0 if the clock fails).
 std::uint64_t store_daemon_cpu() noexcept {
-  const std::uint64_t ns = thread_cpu_ns();
+  const std::uint64_t ns = clock_ns(CLOCK_THREAD_CPUTIME_ID);
   if (ns != 0) A(g_hdr->daemon_cpu_ns).store(ns, std::memory_order_relaxed);
   return ns;
 }
 
-// The runtime's set-up on a program thread since `cpu0` (thread_cpu_ns): the constructor's
+// The runtime's set-up on a program thread since `cpu0` (clock_ns): the constructor's
 // scan, --trace attach and calibration, or the attach after a dlopen. It is the
 // instrumentation's own time like a probe hit's (overhead.setup_s, in instr_ticks; python3
 // with --trace 'Py*': 13-15 ms, 1.3-1.5% of a 1 s run, used to be outside it). Under
@@ -1204,7 +1207,7 @@ std::uint64_t store_daemon_cpu() noexcept {
 // once, the debt of a short run kept every function off to its end (profiler/README.md,
 // Budget accounting).
 void charge_setup(std::uint64_t cpu0) noexcept {
-  const std::uint64_t cpu1 = thread_cpu_ns();
+  const std::uint64_t cpu1 = clock_ns(CLOCK_THREAD_CPUTIME_ID);
   if (cpu0 == 0 || cpu1 <= cpu0) return;
   add(g_hdr->setup_cpu_ns, cpu1 - cpu0);
   if (g_cfg.policy == Policy::budget) g_setup_debt.fetch_add(ns_to_ticks(cpu1 - cpu0), std::memory_order_relaxed);
@@ -1267,11 +1270,7 @@ void* daemon_main(void*) {
     }
   }
   const bool marks = !on_probes.empty();
-  {
-    timespec c{};
-    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &c);
-    last_cpu_ns = static_cast<std::uint64_t>(c.tv_sec) * 1'000'000'000u + static_cast<std::uint64_t>(c.tv_nsec);
-  }
+  last_cpu_ns = clock_ns(CLOCK_PROCESS_CPUTIME_ID);
   // budget: all of the daemon's CPU time is instrumentation time. Its switch-ons and
   // removals are charged as they happen (wall ticks); after each wake the rest of the CPU
   // time it used since the last one (folds, rate windows, the walk itself) is charged too.
@@ -1312,9 +1311,6 @@ void* daemon_main(void*) {
     // running them back to back, which would make periods of no length and reset budgets.
     timespec now_ts{};
     clock_gettime(CLOCK_MONOTONIC, &now_ts);
-    const auto ns_of = [](const timespec& t) {
-      return static_cast<std::uint64_t>(t.tv_sec) * 1'000'000'000u + static_cast<std::uint64_t>(t.tv_nsec);
-    };
     if (ns_of(now_ts) > ns_of(next) + tick_ns) next = now_ts;
     elapsed_ns += tick_ns;
     const bool epoch = elapsed_ns - last_epoch_ns >= g_cfg.epoch_ns;
@@ -1325,10 +1321,7 @@ void* daemon_main(void*) {
       const std::uint64_t cap_before = g_process_cap.load(std::memory_order_relaxed);
       last_period_ns = elapsed_ns;
       // Next period's process cap: budget x the CPU time the process got in this one.
-      timespec c{};
-      clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &c);
-      const std::uint64_t cpu_ns = static_cast<std::uint64_t>(c.tv_sec) * 1'000'000'000u +
-                                   static_cast<std::uint64_t>(c.tv_nsec);
+      const std::uint64_t cpu_ns = clock_ns(CLOCK_PROCESS_CPUTIME_ID);
       period_cpu_ticks = cpu_ns > last_cpu_ns ? ns_to_ticks(cpu_ns - last_cpu_ns) : 0;
       if (last_cpu_ns != 0 && cpu_ns > last_cpu_ns && g_cfg.policy == Policy::budget)
         g_process_cap.store(static_cast<std::uint64_t>(g_cfg.budget * static_cast<double>(ns_to_ticks(cpu_ns - last_cpu_ns))),
@@ -1807,7 +1800,7 @@ using CloneFn = int (*)(int (*)(void*), void*, int, void*, ...);
 ForkFn g_real_fork = nullptr;
 
 __attribute__((constructor(200))) void profile_init() {
-  const std::uint64_t cpu0 = thread_cpu_ns();
+  const std::uint64_t cpu0 = clock_ns(CLOCK_THREAD_CPUTIME_ID);
   g_real_fork = reinterpret_cast<ForkFn>(dlsym(RTLD_NEXT, "_Fork"));
   if (!read_config() || !open_segment()) return;
   g_thread_cap = static_cast<std::uint64_t>(g_cfg.budget * static_cast<double>(ns_to_ticks(g_cfg.period_ns)));
@@ -1905,7 +1898,7 @@ void after_dlopen() noexcept {
   if (g_cfg.trace == nullptr) return;
   // The attach's own calls (fnmatch on every symbol, malloc) are not the program's.
   cp::quiet_begin();
-  const std::uint64_t cpu0 = thread_cpu_ns();
+  const std::uint64_t cpu0 = clock_ns(CLOCK_THREAD_CPUTIME_ID);
   attach_late_objects();
   charge_setup(cpu0);
   cp::quiet_end();
