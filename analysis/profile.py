@@ -747,7 +747,7 @@ def table3_markdown(rows: list[dict[str, Any]]) -> str:
         runs = f"{r['runs']}" + (f" ({r['failed_runs']} failed)" if r["failed_runs"] else "")
         lines.append(f"| {r['workload']} | {r['provider']} | {r['config']} | {runs} | {cpu} | {slow} | {ci} | {vs_none} | "
                      f"{_pct(r['instr_share'])} | {_pct(r['toggle_share'], 3)} | {_pct(r['daemon_share'])} | "
-                     f"{_pct(r.get('setup_share'))} | {_num(r['toggles_per_s'])} | "
+                     f"{_pct(r['setup_share'])} | {_num(r['toggles_per_s'])} | "
                      f"{_num(r['samples_per_s'])} | {_num(r['probes'])} | {_num(r['functions'])} |")
     return "\n".join(lines) + "\n"
 
