@@ -1073,16 +1073,54 @@ void attach_switch_pages() noexcept {
 // last window, the function would make kRetractCalls calls while off. Daemon-private, one
 // entry per function slot.
 struct Retract {
-  std::uint64_t calls = 0, active = 0;  // FuncRecord calls / active_ticks at the last pass
+  std::uint64_t calls = 0, active = 0;  // FuncRecord calls / active_ticks when last observed
+  double off_calls = 0;  // calls it would make while off in a tick, at its latest call rate
   bool hot = false, retracted = false;
   std::int8_t in_line = -1;  // the jump lies inside one cache line (-1: not looked up yet)
 };
 constexpr double kRetractCalls = 256;
+// What the detour of an installed, off tracepoint may cost a call, at most: meant as a
+// ceiling, so that only passes that cannot pay are skipped. Hot, the detour is ~2-6 ticks
+// (tracepoints/README.md; a start-up calibration that alternated the jump in and out, not
+// kept, measured 0-3); cold, two taken branches that miss the predictors and two lines
+// from L2 come to a few tens; and on sqlite3 retraction saved more than the hot figure
+// explains (1.8% of the CPU time in an A/B of 24 Nov, profiler/README.md, Known problems;
+// its passes spared ~1.3 million calls in one run of 28 Nov: ~35 ticks a call, if the
+// detours were all of it).
+constexpr double kDetourCeilingTicks = 64;
 enum class RetractMode : std::uint8_t { none, in_line, all };
 RetractMode retract_mode() noexcept {
   const char* v = std::getenv("CROSSMOD_PROFILE_RETRACT");
   if (v == nullptr || *v == '\0') return RetractMode::in_line;
   return std::strcmp(v, "0") == 0 ? RetractMode::none : RetractMode::all;
+}
+// Whether a tick's retraction pass, a second wake, happens whenever the walk switched a
+// tracepoint function on (CROSSMOD_PROFILE_RETRACT_WAKE=always, the rule before 28 Nov) or
+// only when it may pay (default): when the detours it would spare (the candidates' calls
+// while off, at their latest rates) at kDetourCeilingTicks each outweigh what the wake
+// and the pass cost the daemon, both measured as it runs. A wake costs ~40-65 us of CPU in
+// the KVM guests here (a bare clock_nanosleep loop: profiler/README.md, Known problems),
+// so a pass must spare some 2,000 calls; python3's 'Py*' passes, in nearly every tick,
+// spared a median of ~1,200.
+bool retract_wake_always() noexcept {
+  const char* v = std::getenv("CROSSMOD_PROFILE_RETRACT_WAKE");
+  return v != nullptr && std::strcmp(v, "always") == 0;
+}
+
+// Updates r from f's counters since it was last observed: when a window has closed since,
+// its call rate over the ticks it was active, and what that rate makes while the function
+// is off for the rest of an epoch.
+void observe(Retract& r, const FuncRecord& f, std::uint64_t epoch_ticks) noexcept {
+  const std::uint64_t calls = A(f.calls).load(std::memory_order_relaxed);
+  const std::uint64_t active = A(f.active_ticks).load(std::memory_order_relaxed);
+  if (calls > r.calls && active > r.active) {  // a window closed since
+    const double rate = static_cast<double>(calls - r.calls) / static_cast<double>(active - r.active);
+    const double off = epoch_ticks > active - r.active ? static_cast<double>(epoch_ticks - (active - r.active)) : 0.0;
+    r.off_calls = rate * off;
+    r.hot = r.off_calls >= kRetractCalls;
+  }
+  r.calls = calls;
+  r.active = active;
 }
 
 bool is_tracepoint(const FuncRecord& f) noexcept {
@@ -1116,15 +1154,7 @@ void retract_pass(std::vector<Retract>& rs, const std::vector<std::uint32_t>& ca
     Retract& r = rs[i];
     if (!is_tracepoint(f) || A(f.state).load(std::memory_order_acquire) == static_cast<std::uint64_t>(FnState::on))
       continue;
-    const std::uint64_t calls = A(f.calls).load(std::memory_order_relaxed);
-    const std::uint64_t active = A(f.active_ticks).load(std::memory_order_relaxed);
-    if (calls > r.calls && active > r.active) {  // a window closed since the last pass
-      const double rate = static_cast<double>(calls - r.calls) / static_cast<double>(active - r.active);
-      const double off = epoch_ticks > active - r.active ? static_cast<double>(epoch_ticks - (active - r.active)) : 0.0;
-      r.hot = rate * off >= kRetractCalls;
-    }
-    r.calls = calls;
-    r.active = active;
+    observe(r, f, epoch_ticks);
     if (!r.hot || r.retracted) continue;
     if (r.in_line < 0) {
       cp::ProbeInfo pi;
@@ -1293,6 +1323,20 @@ void* daemon_main(void*) {
     if (daemon_cpu != 0) daemon_cpu_last = daemon_cpu;
   };
   settle_daemon_cpu();
+  // What a wake costs this thread (CPU ns across a sleep: the kernel's way in and out; a
+  // moving average) and what a retraction pass takes (ticks): the price of a pass.
+  const bool wake_always = retract_wake_always();
+  std::uint64_t wake_ns_est = 0;
+  double pass_ticks_est = 0;
+  // After a sleep that began at the thread's CPU time c0 (0: unknown).
+  const auto note_wake = [&](std::uint64_t c0) noexcept {
+    add(g_hdr->wakes, 1);
+    const std::uint64_t c1 = c0 != 0 ? clock_ns(CLOCK_THREAD_CPUTIME_ID) : 0;
+    if (c1 <= c0) return;
+    add(g_hdr->wake_cpu_ns, c1 - c0);
+    const std::uint64_t w = c1 - c0;
+    wake_ns_est = wake_ns_est == 0 ? w : wake_ns_est - wake_ns_est / 8 + w / 8;
+  };
   while (!g_stopping.load(std::memory_order_relaxed)) {
     next = plus_ns(next, tick_ns);
     // The wake is a random offset into the tick (the grid `next` stays): windows opened at
@@ -1305,6 +1349,7 @@ void* daemon_main(void*) {
     }
     const timespec wake = no_jitter ? next : plus_ns(next, jitter % tick_ns);
     sleep_until(wake);
+    note_wake(daemon_cpu_last);
     if (g_stopping.load(std::memory_order_relaxed)) break;
     attach_switch_pages();
     // Woken late by more than a tick (a loaded machine): drop the missed ticks instead of
@@ -1403,6 +1448,9 @@ void* daemon_main(void*) {
         resume = i;
       }
     };
+    // Calls the tracepoint functions switched on in this walk would make while off again
+    // in this tick: what a retraction pass could spare their detours.
+    double spare = 0;
     // Functions found since the last walk are looked at once without a mark.
     const std::uint64_t walked_nf = seen_nf;
     std::uint64_t walked = 0;
@@ -1476,8 +1524,12 @@ void* daemon_main(void*) {
           toggled = switch_on(f, FnState::off_sampled);
       }
       if (period && budget && !spent) toggled = switch_on(f, FnState::off_budget) || toggled;
-      if (toggled && !rs.empty() && is_tracepoint(f) && cand.size() < cand.capacity())
+      if (toggled && !rs.empty() && is_tracepoint(f) && cand.size() < cand.capacity()) {
         cand.push_back(static_cast<std::uint32_t>(i));
+        Retract& r = rs[i];
+        observe(r, f, epoch_ticks);
+        if (r.in_line != 0 || retract_how == RetractMode::all) spare += r.off_calls;
+      }
       if (toggled) {  // the switch-on took time: the clock is stale by it
         clock = rdtsc();
         clock_uses = 0;
@@ -1538,10 +1590,26 @@ void* daemon_main(void*) {
       last_instr = instr;
       last_tsc = now;
     }
-    if (!cand.empty()) {  // no second wake in a tick that switched no tracepoint on
-      sleep_until(plus_ns(wake, tick_ns / 32));
-      if (g_stopping.load(std::memory_order_relaxed)) break;
-      retract_pass(rs, cand, ids, epoch_ticks, retract_how);
+    // The retraction pass: a second wake, in a tick that switched a tracepoint function
+    // on, when the detours it would spare may outweigh the wake and the pass (unless
+    // CROSSMOD_PROFILE_RETRACT_WAKE=always). The pass is paid twice: its removals now,
+    // the installs before the next switch-on. Before a wake has been measured, it runs.
+    if (!cand.empty()) {
+      const bool pays = wake_always || wake_ns_est == 0 ||
+                        spare * kDetourCeilingTicks > static_cast<double>(ns_to_ticks(wake_ns_est)) + 2 * pass_ticks_est;
+      if (pays) {
+        const std::uint64_t c0 = clock_ns(CLOCK_THREAD_CPUTIME_ID);
+        sleep_until(plus_ns(wake, tick_ns / 32));
+        note_wake(c0);
+        add(g_hdr->retract_wakes, 1);
+        if (g_stopping.load(std::memory_order_relaxed)) break;
+        const std::uint64_t p0 = rdtsc();
+        retract_pass(rs, cand, ids, epoch_ticks, retract_how);
+        const double p = static_cast<double>(rdtsc() - p0);
+        pass_ticks_est = pass_ticks_est == 0 ? p : pass_ticks_est + (p - pass_ticks_est) / 8;
+      } else {
+        add(g_hdr->retract_skips, 1);
+      }
       cand.clear();
     }
     settle_daemon_cpu();

@@ -529,11 +529,47 @@ TEST(ProfileTrace, HotFunctionsLoseTheirJumpWhileOff) {
       EXPECT_LE((*f)["calls_observed"].get<unsigned long>(), t.at(key)) << name;
     }
     const unsigned long retracts = j["overhead"]["retracts"];
-    if (std::string(mode) == "0")
+    if (std::string(mode) == "0") {
       EXPECT_EQ(retracts, 0u);
-    else
+    } else {
       EXPECT_GE(retracts, 2u) << "mode '" << mode << "'";  // each leaf at least once
+      // millions of calls a second: the passes pay for their wakes (RetractionWakesOnlyWhenItMayPay)
+      EXPECT_GE(j["overhead"]["retract_wakes"].get<unsigned long>(), 1u);
+    }
     for (const json& n : j["notes"]) EXPECT_EQ(n.get<std::string>().find("toggles failed"), std::string::npos) << n;
+  }
+}
+
+// The retraction pass is a second wake of the daemon in a tick (~40-65 us of CPU in the KVM
+// guests here), and by default it happens only when the detours it would spare may pay for
+// it. prof_nest_cyg's napper() calls libc's nanosleep once a millisecond for ~200 ms: under
+// paper with one sample per epoch, nanosleep is switched on in nearly every tick and would
+// make ~10 calls while off, far from paying; the pass never runs (retract_skips), its jump
+// is never removed. With CROSSMOD_PROFILE_RETRACT_WAKE=always (the rule before) each such
+// tick wakes twice. The wakes add up: every tick's wake and every pass's (one more when the
+// stop comes during a sleep), and their CPU time is part of the daemon's.
+TEST(ProfileTrace, RetractionWakesOnlyWhenItMayPay) {
+  for (const char* mode : {"cost", "always"}) {
+    const bool always = std::string(mode) == "always";
+    const Outcome r = crossmod(std::string("retract-wake-") + mode,
+                               std::string("--quiet --policy paper --samples 1 --trace nanosleep -- ") + PROF_NEST_CYG,
+                               true, always ? "CROSSMOD_PROFILE_RETRACT_WAKE=always" : "");
+    ASSERT_EQ(r.status, 0) << r.err;
+    const json j = report(r);
+    const json& o = j["overhead"];
+    const auto n = [&](const char* k) { return o[k].get<unsigned long>(); };
+    if (always) {
+      EXPECT_GE(n("retract_wakes"), 5u) << o.dump();
+      EXPECT_EQ(n("retract_skips"), 0u) << o.dump();
+    } else {
+      EXPECT_GE(n("retract_skips"), 5u) << o.dump();
+      EXPECT_EQ(n("retract_wakes"), 0u) << o.dump();
+      EXPECT_EQ(n("retracts"), 0u) << o.dump();
+    }
+    EXPECT_GE(n("wakes"), n("walks") + n("retract_wakes")) << o.dump();
+    EXPECT_LE(n("wakes"), n("walks") + n("retract_wakes") + 1) << o.dump();
+    EXPECT_GT(o["wake_cpu_s"].get<double>(), 0.0) << o.dump();
+    EXPECT_LE(o["wake_cpu_s"].get<double>(), o["daemon_cpu_s"].get<double>()) << o.dump();
   }
 }
 

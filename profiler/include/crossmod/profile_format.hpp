@@ -12,12 +12,14 @@
 namespace crossmod::profile {
 
 inline constexpr char kMagic[8] = {'C', 'M', 'P', 'R', 'O', 'F', '1', '\0'};
-inline constexpr std::uint32_t kVersion = 11;  // 2: compensated samples, context-switch split; 3: nest_ticks;
+inline constexpr std::uint32_t kVersion = 12;  // 2: compensated samples, context-switch split; 3: nest_ticks;
                                                // 4: cold samples, per-window call estimate;
                                                // 5: daemon_cpu_ns; 6: refusals; 7: histograms
                                                // apart from the records; 8: records in lines,
                                                // walks/walked; 9: fixed_sum; 10: setup_cpu_ns,
-                                               // setup_repaid_ticks; 11: extra_ticks
+                                               // setup_repaid_ticks; 11: extra_ticks;
+                                               // 12: wakes, wake_cpu_ns, retract_wakes,
+                                               // retract_skips
 // Latency histogram: 4 buckets per power of two ("log2-ish"), up to 2^kHistOctaves ticks.
 inline constexpr unsigned kHistSub = 4;
 inline constexpr unsigned kHistOctaves = 48;
@@ -96,6 +98,13 @@ struct Header {
   std::uint64_t walks;            // the daemon's walks over the function table (one per tick)
   std::uint64_t walked;           // records those walks looked at (the rest were skipped)
   std::uint64_t no_exit_funcs;    // patchable functions whose exit probe stays off (tail calls)
+  // The daemon's sleeps: how many ended (tick wakes and retraction-pass wakes), and the CPU
+  // time the kernel charged it for them (CLOCK_THREAD_CPUTIME_ID across each sleep, ns):
+  // ~40-65 us a wake in the KVM guests here, most of the daemon's CPU time.
+  std::uint64_t wakes;
+  std::uint64_t wake_cpu_ns;
+  std::uint64_t retract_wakes;    // second wakes in a tick, for a retraction pass
+  std::uint64_t retract_skips;    // ticks whose retraction pass could not have paid its wake
   std::uint64_t dropped_funcs;  // functions beyond max_funcs (not profiled)
   std::uint64_t dropped_threads;
   std::uint64_t flags;          // kFlag*

@@ -99,6 +99,7 @@ struct ProfileData {
   std::uint64_t setup_cpu_ns = 0;   // Header::setup_cpu_ns, summed over segments (also in instr_ticks)
   std::uint64_t setup_repaid_ticks = 0;  // Header::setup_repaid_ticks, summed over segments
   std::uint64_t extra_ticks = 0;    // ThreadRecord::extra_ticks, summed (also in instr_ticks)
+  std::uint64_t wakes = 0, wake_cpu_ns = 0, retract_wakes = 0, retract_skips = 0;  // Header's, summed
   std::int64_t self_ticks[4] = {};  // per provider (Header::self_ticks)
   bool self_calibrated[4] = {};
   std::int64_t nest_ticks[4] = {};  // per provider (Header::nest_ticks)

@@ -152,6 +152,10 @@ ProfileData read_segments(const std::string& raw_dir, const RunInfo& run) {
         d.nest_ticks[i] = h.nest_ticks[i];
         d.nest_calibrated[i] = (h.flags & (kFlagNestCalibrated << i)) != 0;
       }
+    d.wakes += h.wakes;
+    d.wake_cpu_ns += h.wake_cpu_ns;
+    d.retract_wakes += h.retract_wakes;
+    d.retract_skips += h.retract_skips;
     d.dropped_funcs += h.dropped_funcs;
     d.dropped_threads += h.dropped_threads;
     d.budget_offs += h.budget_offs;
@@ -499,6 +503,10 @@ nlohmann::json report_json(const ProfileData& d, const RunInfo& run, const std::
                    {"capped_hits", d.capped_hits},
                    {"stale_exits", d.stale_exits},
                    {"retracts", d.retracts},
+                   {"retract_wakes", d.retract_wakes},
+                   {"retract_skips", d.retract_skips},
+                   {"wakes", d.wakes},
+                   {"wake_cpu_s", static_cast<double>(d.wake_cpu_ns) / 1e9},
                    {"walks", d.walks},
                    {"walked_per_walk", d.walks > 0 ? static_cast<double>(d.walked) / static_cast<double>(d.walks) : 0.0},
                    {"daemon_cpu_s", static_cast<double>(d.daemon_cpu_ns) / 1e9},
