@@ -334,7 +334,8 @@ void close_window(FuncRecord& f, std::uint64_t now, std::uint64_t instr, bool at
   const double probes = instr > i0 ? static_cast<double>(instr - i0) / nrun : 0.0;
   A(f.est_calls).store(A(f.est_calls).load(std::memory_order_relaxed) + n, std::memory_order_relaxed);
   A(f.est_until).store(now, std::memory_order_relaxed);
-  A(f.off_rate).store(window_rate(n, len, probes, at_call), std::memory_order_relaxed);
+  const double prev = A(f.off_rate).load(std::memory_order_relaxed);
+  A(f.off_rate).store(window_rate(n, len, probes, at_call, prev), std::memory_order_relaxed);
   A(f.win_start).store(0, std::memory_order_relaxed);
 }
 
