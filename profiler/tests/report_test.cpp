@@ -59,6 +59,67 @@ TEST(ProfileStats, BatchMeansInterval) {
   EXPECT_DOUBLE_EQ(s.share, 100.0 * 40 / 10000.0);
 }
 
+// The batch-means interval on clustered, skewed samples, simulated: each batch (an epoch's
+// samples, 1-10 of them) shares a factor exp(sb Z - sb^2/2) (a state of the machine or the
+// program that lasts the epoch) and each sample has its own exp(sw W - sw^2/2), so every
+// sample's mean is 100 and samples in one batch are correlated. Fixed seed, 4,000 runs
+// each. With 30 batches, moderate clustering and skew (sb 0.2, sw 0.5) the interval covers
+// the mean in 94.3% of the runs (checked: 93-96.5%); the interval the same samples would
+// give as if independent (1.96 x their standard deviation / sqrt(n)) in 86.2% (checked:
+// under 90%). It is short of 95% where the batches are few and the samples very skewed
+// (5 batches, sb 0.3, sw 1.0: 87.4%; the t quantile assumes symmetric batch residuals):
+// at least 85% is what this checks there (profiler/README.md, What the numbers mean).
+TEST(ProfileStats, BatchMeansIntervalCoversClusteredSamples) {
+  struct Case {
+    int batches;
+    double sb, sw, lo, hi;
+  };
+  for (const Case c : {Case{30, 0.2, 0.5, 0.93, 0.965}, Case{5, 0.3, 1.0, 0.85, 1.0}}) {
+    std::mt19937_64 rng(2026);
+    std::normal_distribution<double> z(0, 1);
+    std::uniform_int_distribution<int> size(1, 10);
+    int covered = 0, naive = 0;
+    const int runs = 4000;
+    for (int r = 0; r < runs; ++r) {
+      MeanEstimate m;
+      double sum = 0, sumsq = 0;
+      std::uint64_t n = 0;
+      for (int b = 0; b < c.batches; ++b) {
+        const int nb = size(rng);
+        const double f = std::exp(c.sb * z(rng) - c.sb * c.sb / 2);
+        double sb = 0;
+        for (int i = 0; i < nb; ++i) {
+          const double x = 100 * f * std::exp(c.sw * z(rng) - c.sw * c.sw / 2);
+          sb += x;
+          sumsq += x * x;
+        }
+        ++m.batches;
+        m.s2 += sb * sb;
+        m.sn += sb * nb;
+        m.n2 += static_cast<double>(nb) * nb;
+        sum += sb;
+        n += static_cast<std::uint64_t>(nb);
+      }
+      // MeanEstimate keeps integer sums of ticks: the simulated samples' sum, rounded, and
+      // the batch sums above (what fold() stores, as doubles).
+      m.n = n;
+      m.sum = static_cast<std::uint64_t>(std::llround(sum));
+      m.finish();
+      ASSERT_TRUE(m.has_ci);
+      covered += m.lo <= 100 && 100 <= m.hi ? 1 : 0;
+      const double mean = sum / static_cast<double>(n);
+      const double sd = std::sqrt(std::max(0.0, (sumsq - static_cast<double>(n) * mean * mean) / static_cast<double>(n - 1)));
+      naive += std::abs(mean - 100) <= 1.96 * sd / std::sqrt(static_cast<double>(n)) ? 1 : 0;
+    }
+    const double cov = static_cast<double>(covered) / runs;
+    EXPECT_GE(cov, c.lo) << c.batches << " batches";
+    EXPECT_LE(cov, c.hi) << c.batches << " batches";
+    if (c.batches == 30) {
+      EXPECT_LT(static_cast<double>(naive) / runs, 0.90);
+    }
+  }
+}
+
 TEST(ProfileStats, OneBatchHasNoInterval) {
   ProfileData d;
   FunctionStats f;
