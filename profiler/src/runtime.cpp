@@ -984,8 +984,8 @@ void fold(FuncRecord& f) noexcept {
   if (n >= off_n && s >= off_s) fold(f.oncpu, n - off_n, s - off_s);
 }
 
-// Whether the mean's ~95% interval (ratio estimator over batches; a normal quantile is
-// enough for a stopping rule; the launcher reports the t interval) is narrow enough: its
+// Whether the mean's 95% interval (ratio estimator over batches, the t quantile: the
+// interval the launcher reports) is narrow enough: its
 // half-width under --ci of the mean, or under the function's systematic term (the mean
 // constant part of its compensation, FuncRecord::fixed_sum; the report's mean_sys_ticks):
 // more samples narrow only the sampling error, and a function of a few dozen ticks never
@@ -999,7 +999,9 @@ bool narrow_enough(FuncRecord& f) noexcept {
   const double ss = a.sum_s2 - 2 * m * a.sum_sn + m * m * a.sum_n2;
   if (ss < 0) return false;
   const double var = ss / (static_cast<double>(b) * static_cast<double>(b - 1) * nbar * nbar);
-  const double half = 1.96 * std::sqrt(var);
+  // The t quantile, as the launcher's interval has: with 1.96 a function stopped at five
+  // batches with a reported interval 1.4 times the --ci it was stopped for.
+  const double half = t975(static_cast<double>(b - 1)) * std::sqrt(var);
   if (half / m < g_cfg.ci) return true;
   const std::uint64_t all = ld(f.samples);
   const std::uint64_t nc = all - std::min(all, ld(f.uncompensated));

@@ -4,6 +4,8 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <boost/math/distributions/students_t.hpp>
+
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
@@ -117,6 +119,15 @@ TEST(ProfileStats, BatchMeansIntervalCoversClusteredSamples) {
     if (c.batches == 30) {
       EXPECT_LT(static_cast<double>(naive) / runs, 0.90);
     }
+  }
+}
+
+// The daemon's t quantile (converge's stopping rule) against Boost's, which the launcher's
+// intervals use: within 0.3% from 4 degrees of freedom (converge's fewest) on.
+TEST(ProfileStats, StudentQuantileMatchesBoost) {
+  for (int df = 4; df <= 400; ++df) {
+    const double exact = boost::math::quantile(boost::math::students_t(df), 0.975);
+    EXPECT_NEAR(t975(df), exact, 0.003 * exact) << df;
   }
 }
 

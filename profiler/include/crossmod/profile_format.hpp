@@ -226,6 +226,18 @@ struct Hist {
   std::uint64_t n[kHistBuckets];
 };
 
+// Student's t quantile at 0.975 for df degrees of freedom (df >= 1), by the Cornish-Fisher
+// expansion in 1/df to its third term (Abramowitz & Stegun 26.7.5): within 0.3% of the
+// exact quantile from 4 degrees of freedom on (ProfileStats.StudentQuantileMatchesBoost),
+// the fewest converge stops at. For the daemon, which must not allocate or throw; the
+// launcher's intervals use Boost's exact quantile.
+inline double t975(double df) noexcept {
+  constexpr double z = 1.959963984540054;  // the normal quantile at 0.975
+  const double z3 = z * z * z, z5 = z3 * z * z, z7 = z5 * z * z;
+  return z + (z3 + z) / (4 * df) + (5 * z5 + 16 * z3 + 3 * z) / (96 * df * df) +
+         (3 * z7 + 19 * z5 + 17 * z3 - 15 * z) / (384 * df * df * df);
+}
+
 // calls_estimated's arithmetic (FuncRecord::win_start), shared by the runtime and the
 // reader. The call rate a closed window gives the stretch after it: n calls over its
 // length minus the probe time inside it (`probes`, per CPU), n - 1 when it ended at a call
