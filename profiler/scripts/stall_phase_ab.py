@@ -1,8 +1,11 @@
 #!/usr/bin/env python3
 """Do the sampled calls see the machine's stalls as often as all calls do? Interleaved A/B
-of the daemon's wake jitter (on: the default; off: CROSSMOD_PROFILE_NO_JITTER=1).
+of the daemon's wake jitter (on: the default; off: CROSSMOD_PROFILE_NO_JITTER=1), or with
+--cpu of where the daemon runs (one-cpu: the whole profiled run pinned to the last CPU with
+taskset, so the daemon wakes on the worker's CPU; free: not pinned, so with one worker
+thread it mostly wakes on another).
 
-    profiler/scripts/stall_phase_ab.py BUILD_DIR ROUNDS [THREADS] [POLICY]
+    profiler/scripts/stall_phase_ab.py [--cpu] BUILD_DIR ROUNDS [THREADS] [POLICY]
 
 Each round runs latency_lab_cyg and latency_lab_pfe under `crossmod profile --policy
 POLICY` (default paper, 1 thread, 24,000 iterations in all), once with and once without
@@ -28,11 +31,17 @@ from lab_truth import call_estimates
 
 
 def main():
-    if len(sys.argv) < 3:
+    argv = sys.argv[1:]
+    by_cpu = bool(argv) and argv[0] == "--cpu"
+    if by_cpu:
+        argv = argv[1:]
+    if len(argv) < 2:
         sys.exit(__doc__)
-    build, rounds = sys.argv[1], int(sys.argv[2])
-    threads = int(sys.argv[3]) if len(sys.argv) > 3 else 1
-    policy = sys.argv[4] if len(sys.argv) > 4 else "paper"
+    build, rounds = argv[0], int(argv[1])
+    threads = int(argv[2]) if len(argv) > 2 else 1
+    policy = argv[3] if len(argv) > 3 else "paper"
+    arms = ("one-cpu", "free") if by_cpu else ("jitter", "no-jitter")
+    last_cpu = str(max(os.sched_getaffinity(0)))
     seen, cover = {}, {}
     with tempfile.TemporaryDirectory() as tmp:
         for r in range(rounds):
@@ -40,14 +49,15 @@ def main():
                 lab = f"{build}/profiler/workloads/latency_lab_{prov}"
                 args = ["--threads", str(threads), "--iterations", str(24000 // threads)]
                 subprocess.run([lab, *args, "--truth", f"{tmp}/base.json"], check=True, stdout=subprocess.DEVNULL)
-                for arm in ("jitter", "no-jitter"):
+                for arm in arms if r % 2 == 0 else arms[::-1]:
                     d = f"{tmp}/r{r}-{prov}-{arm}"
                     env = dict(os.environ)
                     env.pop("CROSSMOD_PROFILE_NO_JITTER", None)
                     if arm == "no-jitter":
                         env["CROSSMOD_PROFILE_NO_JITTER"] = "1"
-                    subprocess.run([f"{build}/crossmod", "profile", "--policy", policy, "--quiet", "--out", d + "/p",
-                                    "--", lab, *args, "--truth", d + ".json"],
+                    pin = ["taskset", "-c", last_cpu] if arm == "one-cpu" else []
+                    subprocess.run([*pin, f"{build}/crossmod", "profile", "--policy", policy, "--quiet", "--out",
+                                    d + "/p", "--", lab, *args, "--truth", d + ".json"],
                                    check=True, stdout=subprocess.DEVNULL, env=env)
                     for f, e, call, lo, hi in call_estimates(d + ".json", d + "/p/profile.json", f"{tmp}/base.json"):
                         c = cover.setdefault(arm, [0, 0])
