@@ -15,7 +15,7 @@
 // tracepoints): only the kDirectPages most recently mapped entry pages are searched, and
 // a page with fewer free bytes than the body is skipped unread; within a page a candidate
 // whose range holds a used byte moves past the last such byte, so a page costs about one
-// pass over its bitset, not one per candidate. Else a new page is mapped, with the same
+// pass over its occupancy words, not one per candidate. Else a new page is mapped, with the same
 // nearest-first search as for entry slots; a constraint whose page offsets cannot hold
 // the body (direct_fits_somewhere) skips all of this. Only when nothing has room does the
 // fallback run. Why 128 pages: each new page costs an mmap and a page fault (~4 us here),
@@ -30,7 +30,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <bitset>
 #include <cerrno>
 #include <cstdio>
 #include <iterator>
@@ -74,14 +73,44 @@ constexpr std::uint8_t kPadNop[8][7] = {
 };
 std::size_t pad_for(std::uintptr_t e) { return (0 - e) & 7; }
 
+// A page's bytes in use, one bit each, in 64-bit words: the searches below ask about
+// ranges (is any byte of [off, off + len) used, which is the last), a word at a time.
+// Bit by bit (std::bitset, until 28 Nov) the reservations were a quarter of java's
+// start-up under --trace '*' (59,088 probes; perf: tp::detail::reserve's own samples).
+constexpr std::size_t kWords = kPage / 64;
+
 struct EntryPage {
   std::uintptr_t base;
-  std::bitset<kPage> used;
+  std::uint64_t used[kWords] = {};
   std::size_t free = kPage;  // bytes not in used
 };
 
+// The bits of word w that lie in [off, end).
+std::uint64_t word_mask(std::size_t w, std::size_t off, std::size_t end) {
+  const std::size_t lo = std::max(off, w * 64) - w * 64, hi = std::min(end, w * 64 + 64) - w * 64;
+  const std::uint64_t upto_hi = hi == 64 ? ~std::uint64_t{0} : (std::uint64_t{1} << hi) - 1;
+  return upto_hi & ~((std::uint64_t{1} << lo) - 1);
+}
+
+bool byte_used(const EntryPage& pg, std::size_t i) { return (pg.used[i / 64] >> (i % 64)) & 1; }
+
+// The last used byte in [off, off + len), or kPage if none is (off + len <= kPage).
+std::size_t last_used(const EntryPage& pg, std::size_t off, std::size_t len) {
+  const std::size_t end = off + len;
+  if (len == 0) return kPage;
+  for (std::size_t w = (end - 1) / 64 + 1; w-- > off / 64;) {
+    const std::uint64_t m = pg.used[w] & word_mask(w, off, end);
+    if (m != 0) return w * 64 + 63 - static_cast<std::size_t>(__builtin_clzll(m));
+  }
+  return kPage;
+}
+
 void mark(EntryPage& pg, std::size_t off, std::size_t len, bool used) {
-  for (std::size_t i = off; i < off + len; ++i) pg.used[i] = used;
+  const std::size_t end = off + len;
+  for (std::size_t w = off / 64; len != 0 && w <= (end - 1) / 64; ++w) {
+    const std::uint64_t m = word_mask(w, off, end);
+    pg.used[w] = used ? pg.used[w] | m : pg.used[w] & ~m;
+  }
   if (used)
     pg.free -= len;
   else
@@ -110,6 +139,9 @@ struct Pool {
   std::vector<Interval> maps;
   bool maps_valid = false;
   std::size_t maps_reads = 0;
+  // Reservations made, and how many had been made at the last give-up that read the maps
+  // again (new_page_on_fresh_maps).
+  std::size_t reserves = 0, retry_at = 0;
 };
 
 Pool& pool() {
@@ -142,10 +174,7 @@ const Interval* mapped_at(const std::vector<Interval>& maps, std::uintptr_t p) {
 }
 
 bool slot_free(const EntryPage& pg, std::size_t off, std::size_t len) {
-  if (off + len > kPage) return false;
-  for (std::size_t i = off; i < off + len; ++i)
-    if (pg.used[i]) return false;
-  return true;
+  return off + len <= kPage && last_used(pg, off, len) == kPage;
 }
 
 std::int64_t s_to_rel(std::uint64_t s) { return static_cast<std::int64_t>(s) - kTwoGiB; }
@@ -203,17 +232,12 @@ bool find_direct_in_page(const EntryPage& pg, std::uintptr_t addr, std::uintptr_
     if (off + len > kPage) return false;
     const std::int64_t d = static_cast<std::int64_t>(e - addr);
     if (d <= -kDirectReach || d + static_cast<std::int64_t>(len) >= kDirectReach) return false;
-    std::size_t last_used = kPage;
-    for (std::size_t i = off + len; i-- > off;)
-      if (pg.used[i]) {
-        last_used = i;
-        break;
-      }
-    if (last_used == kPage) {
+    const std::size_t last = last_used(pg, off, len);
+    if (last == kPage) {
       *e_out = e;
       return true;
     }
-    s = rel_to_s(static_cast<std::int64_t>(pg.base + last_used + 1 - next_ip));
+    s = rel_to_s(static_cast<std::int64_t>(pg.base + last + 1 - next_ip));
   }
 }
 
@@ -421,7 +445,15 @@ Status new_entry_page(Pool& P, std::uintptr_t addr, std::uintptr_t next_ip,
 // new_entry_page, with the snapshot read first if it is stale. A stale snapshot may hide
 // a free area that has been unmapped since: when the search skipped anything on the
 // snapshot's word, one more on fresh maps before giving up. (Without a skip, no map could
-// help: no qualifying address exists.)
+// help: no qualifying address exists.) That retry comes at most once per kRetryEvery
+// reservations: java under --trace '*' (59,088 probes) gave up ~1,300 times (direct
+// bodies, which then take an entry slot, and entry slots of a tracepoint's variants,
+// which then try the next) and each time read its maps, grown by the pool's own pages,
+// again, never to find room (a trial count, not kept: 0 of 1,300); the reads were 37% of
+// its start-up's samples (28 Nov, perf). What a stale snapshot can cost now: a direct
+// body placed as an entry slot (one jump more per call), or a function refused, when
+// space freed meanwhile goes unseen until the next retry.
+constexpr std::size_t kRetryEvery = 1024;
 Status new_page_on_fresh_maps(Pool& P, std::uintptr_t addr, std::uintptr_t next_ip,
                               const RelConstraint& c, std::uintptr_t body_at, std::size_t direct_len,
                               std::uintptr_t* e, EntryPage** page, std::error_code* ec) {
@@ -431,7 +463,9 @@ Status new_page_on_fresh_maps(Pool& P, std::uintptr_t addr, std::uintptr_t next_
     fresh = true;
   }
   Status ps = new_entry_page(P, addr, next_ip, c, body_at, direct_len, &fresh, &skipped, e, page, ec);
-  if (ps == Status::no_trampoline_space && !fresh && skipped) {
+  const bool retry = P.retry_at == 0 || P.reserves - P.retry_at >= kRetryEvery;
+  if (ps == Status::no_trampoline_space && !fresh && skipped && retry) {
+    P.retry_at = P.reserves;
     refresh_maps(P);
     fresh = true;
     ps = new_entry_page(P, addr, next_ip, c, body_at, direct_len, &fresh, &skipped, e, page, ec);
@@ -478,6 +512,7 @@ Status reserve(std::uintptr_t addr, std::uint8_t boundary_mask, std::size_t body
     const RelConstraint c = RelConstraint::from_boundaries(boundary_mask);
     const std::uintptr_t next_ip = addr + enc::kRel32JmpLen;
     body_len = (body_len + 15) & ~std::size_t{15};
+    ++P.reserves;
 
     // 0. Direct body: in one of the most recent entry pages, else in a new one.
     if (want_entry && direct_fits_somewhere(next_ip, c, body_len)) {
@@ -601,7 +636,7 @@ bool entry_page_byte_used(std::uintptr_t at) noexcept {
   Pool& P = pool();
   std::lock_guard<std::mutex> lock(P.mu);
   for (const EntryPage& pg : P.pages)
-    if (at >= pg.base && at < pg.base + kPage) return pg.used[at - pg.base];
+    if (at >= pg.base && at < pg.base + kPage) return byte_used(pg, at - pg.base);
   return false;
 }
 

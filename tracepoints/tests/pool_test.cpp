@@ -7,8 +7,10 @@
 
 #include <sys/mman.h>
 
+#include <algorithm>
 #include <cstring>
 #include <random>
+#include <utility>
 #include <vector>
 
 #include "crossmod/code_memory.hpp"
@@ -231,6 +233,37 @@ TEST(Pool, EntriesArePacked) {
   EXPECT_LE(pool_stats().entry_pages, pages + 3);
 }
 
+
+// Many reservations of mixed lengths and boundary patterns near one function: no two
+// overlap, and the pool holds every byte of each as used (the page occupancy is kept in
+// 64-bit words and searched by ranges: this is its check).
+TEST(Pool, ReservationsNeverOverlap) {
+  CodeBlock code;
+  ASSERT_EQ(CodeBlock::allocate(4096, nullptr, &code), crossmod::Status::ok);
+  const auto addr = reinterpret_cast<std::uintptr_t>(code.data());
+  std::vector<std::pair<std::uintptr_t, std::uintptr_t>> ranges;  // [begin, end)
+  for (unsigned i = 0; i < 1500; ++i) {
+    const auto mask = static_cast<std::uint8_t>((i % 4) << 1);
+    const std::size_t len = 32 + (i * 37) % 200;
+    detail::Reservation r;
+    ASSERT_EQ(detail::reserve(addr + (i % 64), mask, len, true, &r, nullptr), Status::ok) << i;
+    if (r.direct) {
+      ranges.emplace_back(r.entry, reinterpret_cast<std::uintptr_t>(r.body) + ((len + 15) & ~std::size_t{15}));
+    } else {
+      ranges.emplace_back(r.entry, r.entry + r.entry_len);
+    }
+  }
+  std::sort(ranges.begin(), ranges.end());
+  for (std::size_t k = 0; k < ranges.size(); ++k) {
+    const auto [b, e] = ranges[k];
+    ASSERT_LT(b, e);
+    if (k + 1 < ranges.size()) {
+      ASSERT_LE(e, ranges[k + 1].first) << k;
+    }
+    EXPECT_TRUE(detail::entry_page_byte_used(b)) << k;
+    EXPECT_TRUE(detail::entry_page_byte_used(e - 1)) << k;
+  }
+}
 
 // reserve() keeps its snapshot of /proc/self/maps across reservations (python3 with 'Py*'
 // read it 414 times, most of the tracepoint start-up cost): 16 functions 4 KiB apart, each
