@@ -18,7 +18,8 @@ Prints per configuration the median CPU seconds and the median over rounds of it
 the FIRST configuration in the same round, with the distribution-free 95% interval of
 that median (binomial order statistics, analysis.profile.median_ci), and for profiled
 configurations the medians of what profile.json says the instrumentation charged
-(overhead.instr_share, daemon_cpu_s) and how many functions had samples. --json writes
+(overhead.instr_share, daemon_cpu_s, setup_s, with the median over rounds of setup_s over the
+first configuration's) and how many functions had samples. --json writes
 the raw per-round CPU seconds. Example (the cost of installed-but-off tracepoints on sqlite3):
 
     profiler/scripts/configs_ab.py 24 sqlite3 none='--policy none' \\
@@ -80,6 +81,7 @@ def run(cfg, w, default_build, out):
     j = json.load(open(Path(out) / "profile.json"))
     o = j["overhead"]
     charged = {"instr_share": o.get("instr_share") or 0.0, "daemon_cpu_s": o.get("daemon_cpu_s") or 0.0,
+               "setup_s": o.get("setup_s") or 0.0,
                "sampled": sum(1 for f in j["functions"] if f.get("samples"))}
     return j["run"]["user_s"] + j["run"]["sys_s"], charged
 
@@ -150,7 +152,14 @@ def main():
         ch_s = ("" if not ch else
                 f"   instr_share {statistics.median(x['instr_share'] for x in ch):.4f}"
                 f"  daemon_cpu_s {statistics.median(x['daemon_cpu_s'] for x in ch):.4f}"
+                f"  setup_s {statistics.median(x['setup_s'] for x in ch):.4f}"
                 f"  sampled {statistics.median(x['sampled'] for x in ch):g}")
+        ch0 = charged[first]
+        if ch and ch0 and len(ch) == len(ch0) and all(x["setup_s"] > 0 for x in ch0):
+            sr = [b["setup_s"] / x["setup_s"] for x, b in zip(ch0, ch)]
+            sci = median_ci(sr)
+            ch_s += (f"  setup / {first}: {statistics.median(sr):.3f}"
+                     + (f" (95% {sci[0]:.3f}..{sci[1]:.3f})" if sci else ""))
         print(f"{c['name']:12} cpu {statistics.median(v):.3f} s   / {first}: {statistics.median(ratios):.3f} "
               f"(95% {ci_s}, {len(ratios)} rounds){ch_s}")
     return 0
