@@ -1099,11 +1099,13 @@ TEST(ProfileNeverCalled, LeftOutOfTheReport) {
 // The systematic term: a leaf's every compensated sample took off its entry hit's
 // calib_ticks and self_ticks, and nothing for callees, so its mean_sys_ticks is exactly
 // |calib_ticks_per_hit + self_ticks| of its provider, and the bound is the interval widened
-// by it on both sides.
+// by it on both sides. The interval needs two batches (epochs with samples): at the default
+// 10 ms epoch this ~35 ms run sometimes had one (the first wake lands anywhere in its tick;
+// CI, 28 Nov), so epochs of 2 ms and a run of ~150 ms.
 TEST(ProfileSystematic, ALeafsTermIsItsConstants) {
   for (const auto& [prog, provider] :
        {std::pair{std::string(PROF_MT_PFE), "patchable"}, std::pair{std::string(PROF_MT_CYG), "cyg"}}) {
-    const Outcome r = crossmod(std::string("sys-") + provider, "--quiet --policy paper -- " + prog + " 2 200000");
+    const Outcome r = crossmod(std::string("sys-") + provider, "--quiet --policy paper --epoch 2ms -- " + prog + " 2 1000000");
     ASSERT_EQ(r.status, 0) << r.err;
     const json j = report(r);
     const json& o = j["overhead"];
