@@ -1126,6 +1126,15 @@ void observe(Retract& r, const FuncRecord& f, std::uint64_t epoch_ticks) noexcep
   r.active = active;
 }
 
+// Whether this retraction mode removes r's jump: inside one cache line (or not looked up
+// yet), or any with CROSSMOD_PROFILE_RETRACT=1.
+bool retractable(const Retract& r, RetractMode mode) noexcept {
+  return r.in_line != 0 || mode == RetractMode::all;
+}
+
+// A moving average that follows x by an eighth of the difference (the first x sets it).
+void follow(double& avg, double x) noexcept { avg = avg == 0 ? x : avg + (x - avg) / 8; }
+
 bool is_tracepoint(const FuncRecord& f) noexcept {
   return f.provider == static_cast<std::uint32_t>(cp::Provider::tracepoint);
 }
@@ -1163,7 +1172,7 @@ void retract_pass(std::vector<Retract>& rs, const std::vector<std::uint32_t>& ca
       cp::ProbeInfo pi;
       r.in_line = cp::info(A(f.entry_probe).load(std::memory_order_acquire), &pi) == cp::Status::ok && pi.split == 0;
     }
-    if (r.in_line == 0 && mode != RetractMode::all) continue;
+    if (!retractable(r, mode)) continue;
     push_probe_ids(f, ids);
     r.retracted = true;
   }
@@ -1329,16 +1338,14 @@ void* daemon_main(void*) {
   // What a wake costs this thread (CPU ns across a sleep: the kernel's way in and out; a
   // moving average) and what a retraction pass takes (ticks): the price of a pass.
   const bool wake_always = retract_wake_always();
-  std::uint64_t wake_ns_est = 0;
-  double pass_ticks_est = 0;
+  double wake_ns_est = 0, pass_ticks_est = 0;
   // After a sleep that began at the thread's CPU time c0 (0: unknown).
   const auto note_wake = [&](std::uint64_t c0) noexcept {
     add(g_hdr->wakes, 1);
     const std::uint64_t c1 = c0 != 0 ? clock_ns(CLOCK_THREAD_CPUTIME_ID) : 0;
     if (c1 <= c0) return;
     add(g_hdr->wake_cpu_ns, c1 - c0);
-    const std::uint64_t w = c1 - c0;
-    wake_ns_est = wake_ns_est == 0 ? w : wake_ns_est - wake_ns_est / 8 + w / 8;
+    follow(wake_ns_est, static_cast<double>(c1 - c0));
   };
   while (!g_stopping.load(std::memory_order_relaxed)) {
     next = plus_ns(next, tick_ns);
@@ -1531,7 +1538,7 @@ void* daemon_main(void*) {
         cand.push_back(static_cast<std::uint32_t>(i));
         Retract& r = rs[i];
         observe(r, f, epoch_ticks);
-        if (r.in_line != 0 || retract_how == RetractMode::all) spare += r.off_calls;
+        if (retractable(r, retract_how)) spare += r.off_calls;
       }
       if (toggled) {  // the switch-on took time: the clock is stale by it
         clock = rdtsc();
@@ -1599,7 +1606,8 @@ void* daemon_main(void*) {
     // the installs before the next switch-on. Before a wake has been measured, it runs.
     if (!cand.empty()) {
       const bool pays = wake_always || wake_ns_est == 0 ||
-                        spare * kDetourCeilingTicks > static_cast<double>(ns_to_ticks(wake_ns_est)) + 2 * pass_ticks_est;
+                        spare * kDetourCeilingTicks >
+                            static_cast<double>(ns_to_ticks(static_cast<std::uint64_t>(wake_ns_est))) + 2 * pass_ticks_est;
       if (pays) {
         const std::uint64_t c0 = clock_ns(CLOCK_THREAD_CPUTIME_ID);
         sleep_until(plus_ns(wake, tick_ns / 32));
@@ -1608,8 +1616,7 @@ void* daemon_main(void*) {
         if (g_stopping.load(std::memory_order_relaxed)) break;
         const std::uint64_t p0 = rdtsc();
         retract_pass(rs, cand, ids, epoch_ticks, retract_how);
-        const double p = static_cast<double>(rdtsc() - p0);
-        pass_ticks_est = pass_ticks_est == 0 ? p : pass_ticks_est + (p - pass_ticks_est) / 8;
+        follow(pass_ticks_est, static_cast<double>(rdtsc() - p0));
       } else {
         add(g_hdr->retract_skips, 1);
       }
