@@ -103,7 +103,8 @@ def test_dry_run_plans_interleaved_rounds(fakes):
     lines = [ln.split() for ln in p.stdout.splitlines() if not ln.startswith("#")]
     labels = [(ln[1], ln[3]) for ln in lines]
     per_round = ["baseline", "none", "full", "paper", "budget", "converge", "dime1", "dime5"]
-    assert labels == [(f"r{r}", c) for r in range(2) for c in per_round]
+    # Every configuration once per round, the order rotated by one each round.
+    assert labels == [(f"r{r}", c) for r in range(2) for c in per_round[r:] + per_round[:r]]
     assert not (fakes / "out").exists()
 
 
