@@ -10,7 +10,7 @@ any program (split like a shell would; no --trace added: give it in ARGS). Each 
 one configuration: ARGS are `crossmod profile` options (split like a shell would), where
 a word ENV:K=V sets K=V in that run's environment (e.g. ENV:CROSSMOD_PROFILE_RETRACT=1) and
 BUILD:DIR runs DIR/crossmod instead of --build's; ARGS `bare` runs the program with no
-preload. Every round runs every configuration once, the order rotated each round (never
+launcher (its ENV: words still apply, e.g. `bare ENV:LD_PRELOAD=build/probes/libcrossmod_probes.so`). Every round runs every configuration once, the order rotated each round (never
 block after block). CPU time = user + sys: the no-preload run's from rusage, a profiled
 run's from its profile.json (run.user_s + run.sys_s, the program's own).
 
@@ -70,7 +70,8 @@ def run(cfg, w, default_build, out):
     with inp:
         if cfg["bare"]:
             before = resource.getrusage(resource.RUSAGE_CHILDREN)
-            subprocess.run(w.argv, stdin=inp, stdout=subprocess.DEVNULL, check=True)
+            subprocess.run(w.argv, stdin=inp, stdout=subprocess.DEVNULL, check=True,
+                           env={**os.environ, **cfg["env"]})
             after = resource.getrusage(resource.RUSAGE_CHILDREN)
             return (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime), None
         build = cfg["build"] or default_build
