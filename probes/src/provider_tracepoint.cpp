@@ -23,6 +23,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdlib>
+#include <cstring>
 #include <deque>
 #include <mutex>
 #include <string>
@@ -100,15 +101,20 @@ Status from_tp(tp::Status s) noexcept {
 // convention that preserves registers the exit dispatcher clobbers (ld.so's lazy binding
 // and TLS descriptor stubs, the signal-return stub, _start).
 bool reads_return_address(const char* name) noexcept {
-  static constexpr const char* kPatterns[] = {
-      "*setjmp*",       "*vfork*",         "*getcontext*", "*swapcontext*", "__libc_start_main*",
-      "_dl_runtime_*",  "_dl_tlsdesc_*",   "__restore_rt", "_start",        "__morestack",
-      "dlopen",         "dlmopen",         "dlsym",        "dlvsym",
-      // Stack walkers start from their own frame (unwind_interpose.cpp writes the
-      // callers' frames back first).
-      "backtrace",      "__backtrace",     "_Unwind_Backtrace"};
-  for (const char* p : kPatterns)
-    if (fnmatch(p, name, 0) == 0) return true;
+  // Plain string tests, not fnmatch: 17 fnmatch calls per function were a tenth of
+  // python3's attach ('Py*', 928 functions: ~2.8M instructions).
+  const std::string_view n(name);
+  for (const std::string_view part : {"setjmp", "vfork", "getcontext", "swapcontext"})
+    if (n.find(part) != std::string_view::npos) return true;
+  for (const std::string_view lead : {"__libc_start_main", "_dl_runtime_", "_dl_tlsdesc_"})
+    if (n.substr(0, lead.size()) == lead) return true;
+  for (const std::string_view whole : {"__restore_rt", "_start", "__morestack", "dlopen", "dlmopen", "dlsym",
+                                       "dlvsym",
+                                       // Stack walkers start from their own frame
+                                       // (unwind_interpose.cpp writes the callers'
+                                       // frames back first).
+                                       "backtrace", "__backtrace", "_Unwind_Backtrace"})
+    if (n == whole) return true;
   return false;
 }
 
@@ -388,9 +394,15 @@ Status attach_tracepoints(const char* pattern, const char* object_pattern, std::
     };
     std::string raw_name;  // reused: no allocation per rejected name
     const tp::DemangledMatchTest demangled_test(pattern);
+    // fnmatch (flags 0) matches the characters before the pattern's first special one
+    // literally: a plain name that does not start with them is out without a call ('Py*'
+    // over python3's ~20,000 symbols: ~3M instructions of fnmatch, a tenth of the attach).
+    const std::string_view literal(pattern, std::strcspn(pattern, "*?[\\"));
     const tp::FunctionFilter keep = [&](std::string_view raw, const std::string&) {
+      const bool mangled = raw.substr(0, 2) == "_Z";
+      if (!mangled && raw.substr(0, literal.size()) != literal) return false;
       raw_name.assign(raw);
-      if (raw_name.rfind("_Z", 0) == 0) {
+      if (mangled) {
         // Demangling every C++ name costs ~1.5 us each (libstdc++'s alone: ~6 ms per
         // process); most can be ruled out from the mangled name ('Py*', 'sqlite3_*').
         if (demangled_test.cannot_match(raw)) return false;

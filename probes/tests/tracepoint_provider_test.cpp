@@ -219,6 +219,28 @@ TEST(TracepointProvider, CallerSensitiveDlFunctionsHaveNoExitProbe) {
   ASSERT_EQ(cp::deactivate_matching("dlsym", nullptr), cp::Status::ok);
 }
 
+// The other names whose return address must stay where it is, matched by substring
+// (setjmp, vfork, getcontext, swapcontext), leading part (__libc_start_main) or whole
+// (__backtrace): an entry probe only. Names that merely resemble them keep their exit
+// probe. (vfork and backtrace are aliases at the same addresses: one probe each.)
+TEST(TracepointProvider, ReturnAddressReadersHaveNoExitProbe) {
+  const char* const readers[] = {"_setjmp",     "__sigsetjmp",       "__vfork",    "getcontext",
+                                 "swapcontext", "__libc_start_main", "__backtrace"};
+  const char* const others[] = {"dlerror", "_IO_vfprintf"};
+  for (const char* n : readers) ASSERT_EQ(cp::attach_tracepoints(n, "*libc.so*", nullptr, nullptr), cp::Status::ok) << n;
+  for (const char* n : others) ASSERT_EQ(cp::attach_tracepoints(n, "*libc.so*", nullptr, nullptr), cp::Status::ok) << n;
+  for (const char* n : readers) {
+    const Ids ids = find_ids(n);
+    ASSERT_NE(ids.entry, cp::kNoProbe) << n;
+    EXPECT_EQ(ids.exit, cp::kNoProbe) << n << " has an exit probe";
+  }
+  for (const char* n : others) {
+    const Ids ids = find_ids(n);
+    ASSERT_NE(ids.entry, cp::kNoProbe) << n;
+    EXPECT_NE(ids.exit, cp::kNoProbe) << n << " lost its exit probe";
+  }
+}
+
 TEST(TracepointProvider, EightThreadsExactCountsAndDurations) {
   const Ids w = attach_and_find("tpw_work");
   ASSERT_NE(w.exit, cp::kNoProbe);
