@@ -8,6 +8,8 @@
 
 #include <Zydis/Zydis.h>
 
+#include <emmintrin.h>
+
 #include <algorithm>
 #include <cstring>
 
@@ -63,14 +65,23 @@ bool has_relative_immediate(const ZydisDecodedInstruction& ins) noexcept {
   return ins.raw.imm[0].is_relative || ins.raw.imm[1].is_relative;
 }
 
-// Whether any offset in [from, size) could hold a relative branch into (addr, addr + end):
-// the opcode bytes of every x86-64 instruction with a relative immediate, in the decoder's
-// default (Intel) branch semantics, where 0x66 does not shorten a near branch's rel32:
-// Jcc rel8 (70-7F), LOOPNE/LOOPE/LOOP/JrCXZ rel8 (E0-E3), JMP rel8 (EB), CALL/JMP rel32
-// (E8, E9), Jcc rel32 (0F 80-8F), XBEGIN rel32 (C7 F8; rel16 after 0x66). Prefixes come
-// before the opcode and do not move the target (the end of the instruction is the
+}  // namespace
+
+// Whether any offset in [from, size) could hold a relative branch into [addr + lo, addr +
+// hi]: the opcode bytes of every x86-64 instruction with a relative immediate, in the
+// decoder's default (Intel) branch semantics, where 0x66 does not shorten a near branch's
+// rel32: Jcc rel8 (70-7F), LOOPNE/LOOPE/LOOP/JrCXZ rel8 (E0-E3), JMP rel8 (EB), CALL/JMP
+// rel32 (E8, E9), Jcc rel32 (0F 80-8F), XBEGIN rel32 (C7 F8; rel16 after 0x66). Prefixes
+// come before the opcode and do not move the target (the end of the instruction is the
 // opcode's offset plus opcode and displacement). Reads only bytes inside the function.
-// (branch_candidate_in: into [addr + lo, addr + hi] instead.)
+//
+// Every function of a traced pattern is scanned whole (python3 'Py*': ~1 MB of code, the
+// largest single cost of its attach), so the scan has two parts. Up to hi + 126 a rel8
+// may still reach back into the range, and every form is checked byte by byte; after it
+// only the rel32 forms and XBEGIN can, whose lead bytes (E8, E9, 0F, C7) an SSE2 compare
+// finds 16 bytes at a time. The answer is the byte-by-byte one's (relocate_test compares
+// the two on random and real code).
+namespace detail {
 bool branch_candidate_in(const std::uint8_t* code, std::size_t size, std::size_t from,
                          std::uintptr_t addr, std::size_t lo, std::size_t hi) noexcept {
   const auto lands = [&](std::size_t end, std::int64_t rel) {
@@ -82,27 +93,51 @@ bool branch_candidate_in(const std::uint8_t* code, std::size_t size, std::size_t
     std::memcpy(&v, code + at, 4);
     return static_cast<std::int64_t>(v);
   };
-  for (std::size_t p = from; p < size; ++p) {
+  // The forms with a 32-bit (or XBEGIN's 16-bit) displacement, at p.
+  const auto far_form = [&](std::size_t p) {
     const std::uint8_t b = code[p];
-    if ((b >= 0x70 && b <= 0x7F) || (b >= 0xE0 && b <= 0xE3) || b == 0xEB) {
-      if (p + 2 <= size && lands(p + 2, static_cast<std::int8_t>(code[p + 1]))) return true;
-    } else if (b == 0xE8 || b == 0xE9) {
-      if (p + 5 <= size && lands(p + 5, rel32(p + 1))) return true;
-    } else if (b == 0x0F) {
-      if (p + 6 <= size && code[p + 1] >= 0x80 && code[p + 1] <= 0x8F && lands(p + 6, rel32(p + 2)))
-        return true;
-    } else if (b == 0xC7 && p + 1 < size && code[p + 1] == 0xF8) {
+    if (b == 0xE8 || b == 0xE9) return p + 5 <= size && lands(p + 5, rel32(p + 1));
+    if (b == 0x0F)
+      return p + 6 <= size && code[p + 1] >= 0x80 && code[p + 1] <= 0x8F && lands(p + 6, rel32(p + 2));
+    if (b == 0xC7 && p + 1 < size && code[p + 1] == 0xF8) {
       std::int16_t v16;
       if (p + 4 <= size && (std::memcpy(&v16, code + p + 2, 2), lands(p + 4, v16))) return true;
       if (p + 6 <= size && lands(p + 6, rel32(p + 2))) return true;
     }
+    return false;
+  };
+  // A rel8 at p ends at p + 2 and reaches back 128 bytes at most: past p = hi + 126 it
+  // cannot land at or before hi.
+  const std::size_t near_end = std::min(size, std::max(from, hi + 127));
+  std::size_t p = from;
+  for (; p < near_end; ++p) {
+    const std::uint8_t b = code[p];
+    if ((b >= 0x70 && b <= 0x7F) || (b >= 0xE0 && b <= 0xE3) || b == 0xEB) {
+      if (p + 2 <= size && lands(p + 2, static_cast<std::int8_t>(code[p + 1]))) return true;
+    } else if (far_form(p)) {
+      return true;
+    }
   }
+  const __m128i e8 = _mm_set1_epi8(static_cast<char>(0xE8)), e9 = _mm_set1_epi8(static_cast<char>(0xE9));
+  const __m128i f0 = _mm_set1_epi8(0x0F), c7 = _mm_set1_epi8(static_cast<char>(0xC7));
+  for (; p + 16 <= size; p += 16) {
+    const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(code + p));
+    const __m128i hit = _mm_or_si128(_mm_or_si128(_mm_cmpeq_epi8(v, e8), _mm_cmpeq_epi8(v, e9)),
+                                     _mm_or_si128(_mm_cmpeq_epi8(v, f0), _mm_cmpeq_epi8(v, c7)));
+    for (auto m = static_cast<unsigned>(_mm_movemask_epi8(hit)); m != 0; m &= m - 1)
+      if (far_form(p + static_cast<std::size_t>(__builtin_ctz(m)))) return true;
+  }
+  for (; p < size; ++p)
+    if (far_form(p)) return true;
   return false;
 }
+}  // namespace detail
+
+namespace {
 
 bool branch_candidate(const std::uint8_t* code, std::size_t size, std::size_t from,
                       std::uintptr_t addr) noexcept {
-  return from > 1 && branch_candidate_in(code, size, from, addr, 1, from - 1);
+  return from > 1 && detail::branch_candidate_in(code, size, from, addr, 1, from - 1);
 }
 
 // Control does not fall through past this instruction.

@@ -47,6 +47,11 @@ Status analyze_scan(const std::uint8_t* code, std::size_t size, std::uintptr_t a
 Status choose_head(const std::uint8_t* code, std::size_t size, std::uintptr_t addr,
                    Analysis* out, bool* entry_ok, std::size_t room = 0) noexcept;
 
+// The byte filter alone (relocate.cpp): whether any offset in [from, size) could hold a
+// relative branch, decodable or not, into [addr + lo, addr + hi]. No false negatives.
+bool branch_candidate_in(const std::uint8_t* code, std::size_t size, std::size_t from,
+                         std::uintptr_t addr, std::size_t lo, std::size_t hi) noexcept;
+
 // Whether a relative branch of the code at addr, decoded from offset `from` to size, may
 // land in [addr + lo, addr + hi] (the byte filter of analyze_scan, then decoding; a part
 // that does not decode counts as may).

@@ -356,6 +356,72 @@ TEST(Analyze, ScanMatchesFullDecodeOnLoadedCode) {
               compared, into_range, inward, incomplete);
 }
 
+// The byte filter's two-part scan (rel8 forms only near the range, SSE2 for the rest)
+// answers as a byte-by-byte check of every form at every offset, the filter's definition:
+// on random bytes rich in branch opcodes, on every loaded function, any range and start.
+bool candidate_reference(const std::uint8_t* code, std::size_t size, std::size_t from, std::uintptr_t addr,
+                         std::size_t lo, std::size_t hi) {
+  const auto lands = [&](std::size_t end, std::int64_t rel) {
+    const std::uintptr_t t = addr + end + static_cast<std::uintptr_t>(rel);
+    return t >= addr + lo && t <= addr + hi;
+  };
+  const auto rel32 = [code](std::size_t at) {
+    std::int32_t v;
+    std::memcpy(&v, code + at, 4);
+    return static_cast<std::int64_t>(v);
+  };
+  for (std::size_t p = from; p < size; ++p) {
+    const std::uint8_t b = code[p];
+    if ((b >= 0x70 && b <= 0x7F) || (b >= 0xE0 && b <= 0xE3) || b == 0xEB) {
+      if (p + 2 <= size && lands(p + 2, static_cast<std::int8_t>(code[p + 1]))) return true;
+    } else if (b == 0xE8 || b == 0xE9) {
+      if (p + 5 <= size && lands(p + 5, rel32(p + 1))) return true;
+    } else if (b == 0x0F) {
+      if (p + 6 <= size && code[p + 1] >= 0x80 && code[p + 1] <= 0x8F && lands(p + 6, rel32(p + 2))) return true;
+    } else if (b == 0xC7 && p + 1 < size && code[p + 1] == 0xF8) {
+      std::int16_t v16;
+      if (p + 4 <= size && (std::memcpy(&v16, code + p + 2, 2), lands(p + 4, v16))) return true;
+      if (p + 6 <= size && lands(p + 6, rel32(p + 2))) return true;
+    }
+  }
+  return false;
+}
+
+TEST(Analyze, ByteFilterMatchesItsDefinition) {
+  std::uint64_t x = 0x9E3779B97F4A7C15ull;  // xorshift: the same bytes every run
+  const auto next = [&x] {
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    return x;
+  };
+  constexpr std::uint8_t kLeads[] = {0x70, 0x7F, 0xE0, 0xE3, 0xEB, 0xE8, 0xE9, 0x0F, 0x80, 0x8F, 0xC7, 0xF8, 0xFF, 0x00};
+  std::size_t agree_true = 0, agree_false = 0;
+  Bytes buf(4096);
+  for (int round = 0; round < 4000; ++round) {
+    const std::size_t size = 1 + next() % buf.size();
+    for (std::size_t i = 0; i < size; ++i)
+      buf[i] = (next() % 3 == 0) ? kLeads[next() % sizeof kLeads] : static_cast<std::uint8_t>(next());
+    const std::uintptr_t addr = 0x400000 + (next() % 0x100000);
+    const std::size_t from = next() % 16, lo = next() % 8, hi = lo + next() % (next() % 4 == 0 ? 4096 : 8);
+    const bool want = candidate_reference(buf.data(), size, from, addr, lo, hi);
+    ASSERT_EQ(detail::branch_candidate_in(buf.data(), size, from, addr, lo, hi), want)
+        << "round " << round << " size " << size << " from " << from << " range " << lo << ".." << hi;
+    (want ? agree_true : agree_false)++;
+  }
+  std::vector<ElfFunction> fns;
+  ASSERT_TRUE(enumerate_functions(&fns));
+  for (const ElfFunction& f : fns) {
+    const auto* code = reinterpret_cast<const std::uint8_t*>(f.addr);
+    const std::size_t from = f.size > 8 ? 5 + next() % 4 : 0, lo = 1 + next() % 4, hi = lo + next() % 6;
+    const bool want = candidate_reference(code, f.size, from, f.addr, lo, hi);
+    ASSERT_EQ(detail::branch_candidate_in(code, f.size, from, f.addr, lo, hi), want) << f.name << " in " << f.object;
+    (want ? agree_true : agree_false)++;
+  }
+  EXPECT_GT(agree_true, 500u);  // both answers well represented
+  EXPECT_GT(agree_false, 500u);
+}
+
 // choose_head: the smallest number of 0x2E prefixes whose jump can have an entry slot.
 // Pure arithmetic on the address (nothing is mapped): kLow is python3.11's non-PIE text,
 // where a boundary at offset 4 (rel32 byte 3 = 0xCC: about -832 MiB) is impossible.
