@@ -10,8 +10,9 @@ any program (split like a shell would; no --trace added: give it in ARGS). Each 
 one configuration: ARGS are `crossmod profile` options (split like a shell would), where
 a word ENV:K=V sets K=V in that run's environment (e.g. ENV:CROSSMOD_PROFILE_RETRACT=1) and
 BUILD:DIR runs DIR/crossmod instead of --build's; ARGS `bare` runs the program with no
-launcher (its ENV: words still apply, e.g. `bare ENV:LD_PRELOAD=build/probes/libcrossmod_probes.so`). Every round runs every configuration once, the order rotated each round (never
-block after block). CPU time = user + sys: the no-preload run's from rusage, a profiled
+launcher (its ENV: words still apply: `bare ENV:LD_PRELOAD=build/probes/libcrossmod_probes.so`
+loads a library alone). Every round runs every configuration once, the order rotated each
+round (never block after block). CPU time = user + sys: the no-preload run's from rusage, a profiled
 run's from its profile.json (run.user_s + run.sys_s, the program's own).
 
 Prints per configuration the median CPU seconds and the median over rounds of its ratio to
