@@ -1335,17 +1335,17 @@ void* daemon_main(void*) {
     if (daemon_cpu != 0) daemon_cpu_last = daemon_cpu;
   };
   settle_daemon_cpu();
-  // What a wake costs this thread (CPU ns across a sleep: the kernel's way in and out; a
-  // moving average) and what a retraction pass takes (ticks): the price of a pass.
+  // What a wake costs this thread (CPU time across a sleep: the kernel's way in and out) and
+  // what a retraction pass takes, both in ticks and as moving averages: the price of a pass.
   const bool wake_always = retract_wake_always();
-  double wake_ns_est = 0, pass_ticks_est = 0;
+  double wake_ticks_est = 0, pass_ticks_est = 0;
   // After a sleep that began at the thread's CPU time c0 (0: unknown).
   const auto note_wake = [&](std::uint64_t c0) noexcept {
     add(g_hdr->wakes, 1);
     const std::uint64_t c1 = c0 != 0 ? clock_ns(CLOCK_THREAD_CPUTIME_ID) : 0;
     if (c1 <= c0) return;
     add(g_hdr->wake_cpu_ns, c1 - c0);
-    follow(wake_ns_est, static_cast<double>(c1 - c0));
+    follow(wake_ticks_est, static_cast<double>(ns_to_ticks(c1 - c0)));
   };
   while (!g_stopping.load(std::memory_order_relaxed)) {
     next = plus_ns(next, tick_ns);
@@ -1605,9 +1605,8 @@ void* daemon_main(void*) {
     // CROSSMOD_PROFILE_RETRACT_WAKE=always). The pass is paid twice: its removals now,
     // the installs before the next switch-on. Before a wake has been measured, it runs.
     if (!cand.empty()) {
-      const bool pays = wake_always || wake_ns_est == 0 ||
-                        spare * kDetourCeilingTicks >
-                            static_cast<double>(ns_to_ticks(static_cast<std::uint64_t>(wake_ns_est))) + 2 * pass_ticks_est;
+      const bool pays = wake_always || wake_ticks_est == 0 ||
+                        spare * kDetourCeilingTicks > wake_ticks_est + 2 * pass_ticks_est;
       if (pays) {
         const std::uint64_t c0 = clock_ns(CLOCK_THREAD_CPUTIME_ID);
         sleep_until(plus_ns(wake, tick_ns / 32));
