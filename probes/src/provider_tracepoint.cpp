@@ -108,12 +108,11 @@ bool reads_return_address(const char* name) noexcept {
     if (n.find(part) != std::string_view::npos) return true;
   for (const std::string_view lead : {"__libc_start_main", "_dl_runtime_", "_dl_tlsdesc_"})
     if (n.substr(0, lead.size()) == lead) return true;
-  for (const std::string_view whole : {"__restore_rt", "_start", "__morestack", "dlopen", "dlmopen", "dlsym",
-                                       "dlvsym",
-                                       // Stack walkers start from their own frame
-                                       // (unwind_interpose.cpp writes the callers'
-                                       // frames back first).
-                                       "backtrace", "__backtrace", "_Unwind_Backtrace"})
+  for (const std::string_view whole :
+       {"__restore_rt", "_start", "__morestack", "dlopen", "dlmopen", "dlsym", "dlvsym",
+        // Stack walkers start from their own frame (unwind_interpose.cpp writes the
+        // callers' frames back first).
+        "backtrace", "__backtrace", "_Unwind_Backtrace"})
     if (n == whole) return true;
   return false;
 }

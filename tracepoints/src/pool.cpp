@@ -18,10 +18,11 @@
 // pass over its occupancy words, not one per candidate. Else a new page is mapped, with
 // the same nearest-first search as for entry slots; a constraint whose page offsets
 // cannot hold the body (direct_fits_somewhere) skips all of this. Only when nothing has
-// room does the fallback run. Why 128 pages: each new page costs an mmap and a page fault (~4 us here),
-// and with 8 pages python3 'Py*' mapped 349 pages (82 with entry slots) and started 1.2 ms
-// slower than with entry slots; with 128 it maps 87 and starts no slower (figures in
-// tracepoints/README.md). The bound keeps the search linear in the tracepoints.
+// room does the fallback run. Why 128 pages: each new page costs an mmap and a page
+// fault (~4 us here), and with 8 pages python3 'Py*' mapped 349 pages (82 with entry
+// slots) and started 1.2 ms slower than with entry slots; with 128 it maps 87 and starts
+// no slower (figures in tracepoints/README.md). The bound keeps the search linear in the
+// tracepoints.
 
 #include "pool.hpp"
 

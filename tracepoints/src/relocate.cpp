@@ -7,7 +7,6 @@
 #include "relocate.hpp"
 
 #include <Zydis/Zydis.h>
-
 #include <emmintrin.h>
 
 #include <algorithm>
@@ -98,7 +97,8 @@ bool branch_candidate_in(const std::uint8_t* code, std::size_t size, std::size_t
     const std::uint8_t b = code[p];
     if (b == 0xE8 || b == 0xE9) return p + 5 <= size && lands(p + 5, rel32(p + 1));
     if (b == 0x0F)
-      return p + 6 <= size && code[p + 1] >= 0x80 && code[p + 1] <= 0x8F && lands(p + 6, rel32(p + 2));
+      return p + 6 <= size && code[p + 1] >= 0x80 && code[p + 1] <= 0x8F &&
+             lands(p + 6, rel32(p + 2));
     if (b == 0xC7 && p + 1 < size && code[p + 1] == 0xF8) {
       std::int16_t v16;
       if (p + 4 <= size && (std::memcpy(&v16, code + p + 2, 2), lands(p + 4, v16))) return true;
@@ -118,7 +118,8 @@ bool branch_candidate_in(const std::uint8_t* code, std::size_t size, std::size_t
       return true;
     }
   }
-  const __m128i e8 = _mm_set1_epi8(static_cast<char>(0xE8)), e9 = _mm_set1_epi8(static_cast<char>(0xE9));
+  const __m128i e8 = _mm_set1_epi8(static_cast<char>(0xE8)),
+                e9 = _mm_set1_epi8(static_cast<char>(0xE9));
   const __m128i f0 = _mm_set1_epi8(0x0F), c7 = _mm_set1_epi8(static_cast<char>(0xC7));
   for (; p + 16 <= size; p += 16) {
     const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(code + p));
