@@ -460,6 +460,21 @@ nlohmann::json metric_rows(const ProfileData& d, const MetricSpec& m) {
   return rows;
 }
 
+nlohmann::json machine_gaps_json(const RunInfo& run) {
+  using nlohmann::json;
+  const MachineGaps& g = run.gaps;
+  const double hz = run.tsc_hz > 0 ? run.tsc_hz : 1.0;
+  return {{"threshold_ticks", g.threshold_ticks},
+          {"measured_s", g.spin_ticks / hz},
+          {"chunks", g.chunks},
+          {"dropped_chunks", g.dropped},
+          {"gaps", g.gaps},
+          {"per_s", g.spin_ticks > 0 ? static_cast<double>(g.gaps) / (g.spin_ticks / hz) : 0.0},
+          {"mean_gap_ticks", g.gaps > 0 ? g.gap_ticks / static_cast<double>(g.gaps) : 0.0},
+          {"share", g.share()},
+          {"share_upper", g.share_hi()}};
+}
+
 }  // namespace
 
 nlohmann::json report_json(const ProfileData& d, const RunInfo& run, const std::vector<MetricSpec>& metrics) {
@@ -480,7 +495,8 @@ nlohmann::json report_json(const ProfileData& d, const RunInfo& run, const std::
                {"execs", d.segments > 0 ? d.segments - 1 : 0}};
   j["run"] = {{"wall_s", run.wall_s}, {"cpu_s", cpu_s},     {"user_s", run.user_s},
               {"sys_s", run.sys_s},   {"tsc_hz", run.tsc_hz}, {"threads", d.threads},
-              {"switch_detection", switch_detection(d)}};
+              {"switch_detection", switch_detection(d)},
+              {"machine_gaps", machine_gaps_json(run)}};
   j["overhead"] = {{"probes", d.probes},
                    {"functions", d.functions.size() + (d.never_called_listed ? 0 : d.never_called)},
                    {"toggles", d.toggles},
@@ -550,11 +566,13 @@ nlohmann::json report_json(const ProfileData& d, const RunInfo& run, const std::
                   {"oncpu_mean_ticks", on ? json(s.oncpu.mean) : json()},
                   {"oncpu_mean_ci_ticks", on && s.oncpu.has_ci ? json::array({s.oncpu.lo, s.oncpu.hi}) : json()},
                   {"mean_sys_ticks", s.has_sys() ? json(s.sys()) : json()},
-                  {"mean_bound_ticks",
-                   s.has_ci && s.has_sys() ? json::array({s.ci_lo - s.sys(), s.ci_hi + s.sys()}) : json()},
-                  {"oncpu_mean_bound_ticks", on && s.oncpu.has_ci && s.has_sys()
-                                                 ? json::array({s.oncpu.lo - s.sys(), s.oncpu.hi + s.sys()})
-                                                 : json()},
+                  {"mean_bound_ticks", s.has_ci && s.has_sys() ? json::array({s.ci_lo - s.sys(),
+                                                                               s.ci_hi + s.sys() + gap_term(s.mean, run.gaps)})
+                                                               : json()},
+                  {"oncpu_mean_bound_ticks",
+                   on && s.oncpu.has_ci && s.has_sys()
+                       ? json::array({s.oncpu.lo - s.sys(), s.oncpu.hi + s.sys() + gap_term(s.oncpu.mean, run.gaps)})
+                       : json()},
                   {"p50_ticks", s.samples ? json(s.p50) : json()},
                   {"p99_ticks", s.samples ? json(s.p99) : json()},
                   {"share", s.share},
@@ -655,6 +673,13 @@ std::string report_table(const ProfileData& d, const RunInfo& run, std::size_t t
                    cpu_s > 0 ? 100.0 * static_cast<double>(d.toggle_ticks) / (cpu_s * run.tsc_hz) : 0.0,
                    cpu_s > 0 ? 100.0 * static_cast<double>(d.daemon_cpu_ns) / 1e9 / cpu_s : 0.0,
                    cpu_s > 0 ? 100.0 * static_cast<double>(d.setup_cpu_ns) / 1e9 / cpu_s : 0.0);
+  if (run.gaps.spin_ticks > 0 && run.tsc_hz > 0)
+    o += fmt::format("  machine gaps: {:.2f}% of the time ({:.0f}/s, {:.1f} us each; {:.0f} ms measured around the "
+                     "run), added to the upper end of mean_bound_ticks\n",
+                     100 * run.gaps.share(),
+                     static_cast<double>(run.gaps.gaps) / (run.gaps.spin_ticks / run.tsc_hz),
+                     run.gaps.gaps > 0 ? run.gaps.gap_ticks / static_cast<double>(run.gaps.gaps) / run.tsc_hz * 1e6 : 0.0,
+                     run.gaps.spin_ticks / run.tsc_hz * 1e3);
   o += fmt::format("  {:>12} {:>14} {:>9} {:>12} {:>10} {:>8} {:>12} {:>7}  {}\n", "calls_obs", "calls_est",
                    "samples", "mean_ticks", "+-95%", "+-sys", "p99_ticks", "share", "function");
   std::size_t k = 0;
