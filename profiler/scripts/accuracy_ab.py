@@ -14,7 +14,9 @@ compared with the whole call's truth (lab_truth.call_truth). Prints per build, p
 and function the median over runs of estimate - truth (ticks), of the interval's
 half-width and of the systematic term (mean_sys_ticks), and how many intervals covered the
 truth without and with it; and per build how many intervals covered the truth (and, for builds that write
-it, how many intervals widened by the systematic term). --by-policy: the same per
+it, how many intervals widened by the systematic term alone, [lo - sys, hi + sys], and how many
+bounds as the build wrote them, oncpu_mean_bound_ticks: since ca9bf94 with the machine's gaps
+at the top). --by-policy: the same per
 policy instead of per build (both builds' runs together; e.g. BUILD_A = BUILD_B and the
 policies full,paper: how each policy's intervals fare). A build given as DIR@K=V runs with
 K=V added to the profiled runs' environment: one build with a trial switch read from the
@@ -73,27 +75,33 @@ def main():
                         key = policy if by_policy else arm
                         for f, e, call, lo, hi in call_estimates(d + ".json", d + "/profile.json", f"{tmp}/base.json"):
                             b = e.get("oncpu_mean_bound_ticks")
+                            sys_t = e.get("mean_sys_ticks")
                             bias.setdefault((key, prov, f["name"]), []).append(
                                 (e["oncpu_mean_ticks"] - call, (hi - lo) / 2, lo <= call <= hi,
-                                 None if b is None else b[0] <= call <= b[1], e.get("mean_sys_ticks")))
-                            c = cover.setdefault(key, [0, 0, 0, 0])
+                                 None if b is None else b[0] <= call <= b[1], sys_t,
+                                 None if b is None or sys_t is None else lo - sys_t <= call <= hi + sys_t))
+                            c = cover.setdefault(key, [0, 0, 0, 0, 0])
                             c[0] += lo <= call <= hi
                             c[1] += 1
-                            if b is not None:  # the interval widened by the systematic term
+                            if b is not None:  # the bound as written, and the interval +- sys alone
                                 c[2] += b[0] <= call <= b[1]
                                 c[3] += 1
+                                c[4] += sys_t is not None and lo - sys_t <= call <= hi + sys_t
             print(f"round {r + 1}/{rounds} done", file=sys.stderr)
     print(f"{'policy' if by_policy else 'build'} provider function        est-truth  half-width  sys"
-          "  (median ticks over runs)  covered  covered with sys")
+          "  (median ticks over runs)  covered  with sys  bound")
     for (key, prov, name), v in sorted(bias.items()):
         sys_v = [x[4] for x in v if x[4] is not None]
         bound = [x[3] for x in v if x[3] is not None]
+        sys_only = [x[5] for x in v if x[5] is not None]
         print(f"{key:8} {prov:8} {name:15} {statistics.median(x[0] for x in v):+9.0f} "
               f"{statistics.median(x[1] for x in v):10.0f} {statistics.median(sys_v) if sys_v else float('nan'):5.0f}"
               f"   n={len(v):<4} {sum(x[2] for x in v):3}/{len(v):<3} "
+              f"{f'{sum(sys_only)}/{len(sys_only)}' if sys_only else '-':8} "
               f"{f'{sum(bound)}/{len(bound)}' if bound else '-'}")
-    for key, (k, n, kb, nb) in sorted(cover.items()):
-        bound = f"; with the systematic term (oncpu_mean_bound_ticks) {kb}/{nb}" if nb else ""
+    for key, (k, n, kb, nb, ks) in sorted(cover.items()):
+        bound = (f"; widened by the systematic term {ks}/{nb}; the bounds written (oncpu_mean_bound_ticks) "
+                 f"{kb}/{nb}" if nb else "")
         print(f"{key}: {key if by_policy else builds[key]}: intervals covering the call's truth {k}/{n}{bound}")
 
 
