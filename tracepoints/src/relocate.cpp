@@ -154,7 +154,7 @@ bool ends_flow(const Decoded& d) noexcept {
          d.ins.mnemonic == ZYDIS_MNEMONIC_HLT;
 }
 
-enum class Kind { plain, rip_mem, jmp, jcc, call, unsupported };
+using Kind = detail::InsKind;
 
 Kind classify(const Decoded& d) noexcept {
   if (d.ins.mnemonic == ZYDIS_MNEMONIC_INT3) return Kind::unsupported;  // someone's probe
@@ -204,6 +204,30 @@ std::uint8_t condition_code(const Decoded& d) noexcept {
   return static_cast<std::uint8_t>(d.ins.opcode & 0x0F);
 }
 
+// Decodes one instruction, its operands only when it is relative (classify and
+// branch_target read them only then; a third of a full decode).
+ZyanStatus decode_head_ins(const ZydisDecoder& dec, const std::uint8_t* p, std::size_t avail,
+                           Decoded* d) noexcept {
+  ZydisDecoderContext ctx;
+  const ZyanStatus zs = ZydisDecoderDecodeInstruction(&dec, &ctx, p, avail, &d->ins);
+  if (!ZYAN_SUCCESS(zs) || (d->ins.attributes & ZYDIS_ATTRIB_IS_RELATIVE) == 0) return zs;
+  return ZydisDecoderDecodeOperands(&dec, &ctx, &d->ins, d->ops, d->ins.operand_count);
+}
+
+// Keeps what relocate() needs of replaced instruction i (at addr + off), classified k.
+Status keep(const Decoded& d, Kind k, std::uintptr_t addr, std::size_t off, std::size_t i,
+            Analysis* out) noexcept {
+  out->kind[i] = static_cast<std::uint8_t>(k);
+  if (k == Kind::rip_mem) out->disp_offset[i] = d.ins.raw.disp.offset;
+  if (k == Kind::jcc) out->cond[i] = condition_code(d);
+  if (k == Kind::jmp || k == Kind::jcc || k == Kind::call) {
+    std::uintptr_t t = 0;
+    if (!branch_target(d, addr + off, &t)) return Status::decode_error;
+    out->target_rel[i] = static_cast<std::int64_t>(t - addr);
+  }
+  return Status::ok;
+}
+
 }  // namespace
 
 Status analyze(const std::uint8_t* code, std::size_t size, std::uintptr_t addr,
@@ -214,7 +238,7 @@ Status analyze(const std::uint8_t* code, std::size_t size, std::uintptr_t addr,
 
 namespace detail {
 
-Status analyze_head(const std::uint8_t* code, std::size_t size, std::uintptr_t,
+Status analyze_head(const std::uint8_t* code, std::size_t size, std::uintptr_t addr,
                     Analysis* out, unsigned prefix, std::size_t room) noexcept {
   *out = Analysis{};
   if (prefix > kMaxPrefix) return Status::bad_state;
@@ -232,12 +256,14 @@ Status analyze_head(const std::uint8_t* code, std::size_t size, std::uintptr_t,
     // A boundary on a prefix or the opcode: this jump length cannot work. (Checked before
     // decoding, so count stays <= 5: offset 0 and at most one per rel32 byte.)
     if (off > 0 && off <= prefix) return Status::no_trampoline_space;
-    const ZyanStatus zs = decode_status(dec, code + off, size - off, &d);
+    const ZyanStatus zs = decode_head_ins(dec, code + off, size - off, &d);
     if (!ZYAN_SUCCESS(zs)) {
       // The function ends inside an instruction: too short; anything else is undecodable.
       return zs == ZYDIS_STATUS_NO_MORE_DATA ? Status::too_short : Status::decode_error;
     }
-    if (classify(d) == Kind::unsupported) return Status::unsupported_instruction;
+    const Kind k = classify(d);
+    if (k == Kind::unsupported) return Status::unsupported_instruction;
+    if (const Status s = keep(d, k, addr, off, out->count, out); s != Status::ok) return s;
     out->offset[out->count] = static_cast<std::uint8_t>(off);
     out->length[out->count] = d.ins.length;
     ++out->count;
@@ -308,9 +334,7 @@ Status analyze_scan(const std::uint8_t* code, std::size_t size, std::uintptr_t a
   // Every relative branch of the function (replaced instructions included) must land on
   // a replaced boundary or outside the range: a landing mid-instruction would execute the
   // jump's rel32 bytes as code.
-  auto check = [&](const Decoded& dd, std::uintptr_t at) -> Status {
-    std::uintptr_t t = 0;
-    if (!branch_target(dd, at, &t)) return Status::ok;
+  auto check_target = [&](std::uintptr_t t) -> Status {
     if (t <= addr || t >= addr + off) return Status::ok;
     const auto b = static_cast<unsigned>(t - addr);
     if ((out->boundary_mask & (1u << b)) != 0) {  // b < off <= 8: a bit of the mask
@@ -319,9 +343,17 @@ Status analyze_scan(const std::uint8_t* code, std::size_t size, std::uintptr_t a
     }
     return Status::branch_into_range;
   };
+  auto check = [&](const Decoded& dd, std::uintptr_t at) -> Status {
+    std::uintptr_t t = 0;
+    return branch_target(dd, at, &t) ? check_target(t) : Status::ok;
+  };
+  // The replaced instructions' own branches, as analyze_head kept them.
   for (std::size_t i = 0; i < out->count; ++i) {
-    if (!decode(dec, code + out->offset[i], out->length[i], &d)) return Status::decode_error;
-    if (const Status s = check(d, addr + out->offset[i]); s != Status::ok) return s;
+    const auto k = static_cast<Kind>(out->kind[i]);
+    if (k == Kind::none) return Status::bad_state;
+    if (k == Kind::jmp || k == Kind::jcc || k == Kind::call)
+      if (const Status s = check_target(addr + static_cast<std::uintptr_t>(out->target_rel[i])); s != Status::ok)
+        return s;
   }
   // The rest of the function: most of the start-up cost of a pattern over a big program
   // (python3 'Py*': 939 functions, ~50,000 instructions; Zydis spends ~700 instructions
@@ -371,16 +403,18 @@ bool may_branch_into(const std::uint8_t* code, std::size_t size, std::uintptr_t 
   return false;
 }
 
-Status analyze_first(const std::uint8_t* code, std::size_t size, std::uintptr_t,
+Status analyze_first(const std::uint8_t* code, std::size_t size, std::uintptr_t addr,
                      Analysis* out) noexcept {
   *out = Analysis{};
   if (code == nullptr || size == 0) return Status::too_short;
   const ZydisDecoder dec = make_decoder();
   Decoded d;
-  const ZyanStatus zs = decode_status(dec, code, size, &d);
+  const ZyanStatus zs = decode_head_ins(dec, code, size, &d);
   if (!ZYAN_SUCCESS(zs))
     return zs == ZYDIS_STATUS_NO_MORE_DATA ? Status::too_short : Status::decode_error;
-  if (classify(d) == Kind::unsupported) return Status::unsupported_instruction;
+  const Kind k = classify(d);
+  if (k == Kind::unsupported) return Status::unsupported_instruction;
+  if (const Status s = keep(d, k, addr, 0, 0, out); s != Status::ok) return s;
   out->count = 1;
   out->length[0] = d.ins.length;
   out->replaced_len = d.ins.length;
@@ -390,20 +424,18 @@ Status analyze_first(const std::uint8_t* code, std::size_t size, std::uintptr_t,
 Status relocate(const std::uint8_t* code, std::uintptr_t addr, const Analysis& a, std::uintptr_t at,
                 std::uint8_t* out, std::size_t cap, std::size_t* used,
                 std::uint16_t copy_offset[5]) noexcept {
-  const ZydisDecoder dec = make_decoder();
-  Decoded d;
   std::size_t n = 0;
   for (std::size_t i = 0; i < a.count; ++i) {
     if (cap - n < kMaxCopyLen) return Status::out_of_range;
     const std::uint8_t* src = code + a.offset[i];
     const std::uintptr_t src_at = addr + a.offset[i];
-    if (!decode(dec, src, a.length[i], &d)) return Status::decode_error;
     copy_offset[i] = static_cast<std::uint16_t>(n);
     std::uint8_t* p = out + n;
     const std::uintptr_t p_at = at + n;
-    const std::size_t len = d.ins.length;
-    std::uintptr_t target = 0;
-    switch (classify(d)) {
+    const std::size_t len = a.length[i];
+    // Kept by analyze_head / analyze_first from their decoding of these bytes.
+    const std::uintptr_t target = addr + static_cast<std::uintptr_t>(a.target_rel[i]);
+    switch (static_cast<Kind>(a.kind[i])) {
       case Kind::plain:
         std::memcpy(p, src, len);
         n += len;
@@ -412,23 +444,21 @@ Status relocate(const std::uint8_t* code, std::uintptr_t addr, const Analysis& a
         // Same length at a new address: only the disp32 changes (the displacement is
         // relative to the end of the instruction, SDM Vol 2A 2.2.1.6).
         std::int32_t disp = 0;
-        std::memcpy(&disp, src + d.ins.raw.disp.offset, 4);
+        std::memcpy(&disp, src + a.disp_offset[i], 4);
         const std::uintptr_t abs =
             src_at + len + static_cast<std::uintptr_t>(static_cast<std::int64_t>(disp));
         const std::int64_t nd = enc::rel_from(p_at + len, abs);
         if (!enc::fits_rel32(nd)) return Status::out_of_range;
         std::memcpy(p, src, len);
-        enc::put32(p + d.ins.raw.disp.offset, nd);
+        enc::put32(p + a.disp_offset[i], nd);
         n += len;
         break;
       }
       case Kind::jmp:
-        if (!branch_target(d, src_at, &target)) return Status::decode_error;
         n += enc::jmp_any(p, p_at, target);
         break;
       case Kind::jcc: {
-        if (!branch_target(d, src_at, &target)) return Status::decode_error;
-        const std::uint8_t cc = condition_code(d);
+        const std::uint8_t cc = a.cond[i];
         const std::int64_t rel = enc::rel_from(p_at + 6, target);
         if (enc::fits_rel32(rel)) {
           p[0] = enc::kTwoByte;
@@ -446,7 +476,6 @@ Status relocate(const std::uint8_t* code, std::uintptr_t addr, const Analysis& a
         break;
       }
       case Kind::call: {
-        if (!branch_target(d, src_at, &target)) return Status::decode_error;
         // push rax; mov rax, <original return address>; xchg [rsp], rax; jmp target.
         const std::uintptr_t ret = src_at + len;
         std::size_t k = 0;
@@ -463,6 +492,8 @@ Status relocate(const std::uint8_t* code, std::uintptr_t addr, const Analysis& a
       }
       case Kind::unsupported:
         return Status::unsupported_instruction;
+      case Kind::none:
+        return Status::bad_state;  // not from analyze_head / analyze_first
     }
   }
   if (cap - n < enc::kJmpAbsLen) return Status::out_of_range;

@@ -12,6 +12,9 @@ namespace crossmod::tp::detail {
 // push rax; mov rax, imm64; xchg [rsp], rax; jmp [rip]; abs64 = 29).
 inline constexpr std::size_t kMaxCopyLen = 32;
 
+// How a replaced instruction is relocated (Analysis::kind). none: not analyzed.
+enum class InsKind : std::uint8_t { none = 0, plain, rip_mem, jmp, jcc, call, unsupported };
+
 // analyze() in two steps. The head decodes the instructions the jump replaces (offsets,
 // boundary_mask, replaced_len: what the entry slot's constraint needs) and refuses what
 // cannot be relocated; the scan decodes the rest of the function for branches into them

@@ -160,6 +160,19 @@ Status reloc(const Bytes& b, std::uintptr_t addr, std::uintptr_t at, Reloc* r) {
   return detail::relocate(b.data(), addr, a, at, r->out, sizeof r->out, &r->used, r->off);
 }
 
+// relocate() works from what analyze_head kept of each instruction (Analysis::kind and
+// the rest), not from a decoding of its own: an Analysis it did not make is refused.
+TEST(Relocate, RefusesAnAnalysisNotMadeByTheAnalysis) {
+  Analysis a;
+  a.count = 1;
+  a.length[0] = 5;
+  a.replaced_len = 5;
+  Reloc r;
+  EXPECT_EQ(detail::relocate(kPrologue.data(), 0x10000, a, 0x20000, r.out, sizeof r.out, &r.used, r.off),
+            Status::bad_state);
+  EXPECT_EQ(detail::analyze_scan(kPrologue.data(), kPrologue.size(), 0x10000, &a), Status::bad_state);
+}
+
 TEST(Relocate, PlainCopyAndJumpBack) {
   Reloc r;
   ASSERT_EQ(reloc(kPrologue, 0x10000, 0x20000, &r), Status::ok);
@@ -420,6 +433,64 @@ TEST(Analyze, ByteFilterMatchesItsDefinition) {
   }
   EXPECT_GT(agree_true, 500u);  // both answers well represented
   EXPECT_GT(agree_false, 500u);
+}
+
+// What analyze_head keeps of each replaced instruction for relocate() (Analysis::kind,
+// disp_offset, cond, target_rel; it decodes operands only for relative instructions)
+// against a full decoding of the same bytes, over the heads of every function loaded in
+// this test (libc, libstdc++, gtest, the test itself; the same at every prefix).
+TEST(Analyze, KeptInstructionsMatchAFullDecoding) {
+  ZydisDecoder dec;
+  ASSERT_TRUE(ZYAN_SUCCESS(ZydisDecoderInit(&dec, ZYDIS_MACHINE_MODE_LONG_64, ZYDIS_STACK_WIDTH_64)));
+  std::vector<ElfFunction> fns;
+  ASSERT_TRUE(enumerate_functions(&fns));
+  std::size_t heads = 0, rip = 0, branches = 0, jccs = 0;
+  for (const ElfFunction& f : fns) {
+    const auto* code = reinterpret_cast<const std::uint8_t*>(f.addr);
+    for (unsigned prefix = 0; prefix <= detail::kMaxPrefix; ++prefix) {
+      Analysis a;
+      if (detail::analyze_head(code, f.size, f.addr, &a, prefix) != Status::ok) continue;
+      ++heads;
+      for (unsigned i = 0; i < a.count; ++i) {
+        ZydisDecodedInstruction ins;
+        ZydisDecodedOperand ops[ZYDIS_MAX_OPERAND_COUNT];
+        ASSERT_TRUE(ZYAN_SUCCESS(ZydisDecoderDecodeFull(&dec, code + a.offset[i], a.length[i], &ins, ops)));
+        ASSERT_EQ(ins.length, a.length[i]);
+        const auto kind = static_cast<detail::InsKind>(a.kind[i]);
+        ASSERT_NE(kind, detail::InsKind::none) << f.name;
+        ASSERT_NE(kind, detail::InsKind::unsupported) << f.name;
+        const bool relative = (ins.attributes & ZYDIS_ATTRIB_IS_RELATIVE) != 0;
+        bool imm_rel = false;
+        for (unsigned k = 0; k < ins.operand_count_visible; ++k) {
+          if (ops[k].type != ZYDIS_OPERAND_TYPE_IMMEDIATE || !ops[k].imm.is_relative) continue;
+          imm_rel = true;
+          ZyanU64 t = 0;
+          ASSERT_TRUE(ZYAN_SUCCESS(ZydisCalcAbsoluteAddress(&ins, &ops[k], f.addr + a.offset[i], &t)));
+          EXPECT_EQ(f.addr + static_cast<std::uintptr_t>(a.target_rel[i]), t) << f.name << " in " << f.object;
+          ++branches;
+        }
+        if (!relative) {
+          EXPECT_EQ(kind, detail::InsKind::plain) << f.name;
+        } else if (imm_rel) {
+          EXPECT_TRUE(kind == detail::InsKind::jmp || kind == detail::InsKind::jcc || kind == detail::InsKind::call)
+              << f.name;
+          if (kind == detail::InsKind::jcc) {
+            EXPECT_EQ(a.cond[i], ins.opcode & 0x0F) << f.name;
+            ++jccs;
+          }
+        } else {
+          EXPECT_EQ(kind, detail::InsKind::rip_mem) << f.name;
+          EXPECT_EQ(a.disp_offset[i], ins.raw.disp.offset) << f.name;
+          ++rip;
+        }
+      }
+    }
+  }
+  // Every kind of kept data is exercised by real code.
+  EXPECT_GT(heads, 1000u);
+  EXPECT_GT(rip, 100u);
+  EXPECT_GT(branches, 10u);
+  std::printf("heads %zu, RIP-relative %zu, relative branches %zu (jcc %zu)\n", heads, rip, branches, jccs);
 }
 
 // choose_head: the smallest number of 0x2E prefixes whose jump can have an entry slot.

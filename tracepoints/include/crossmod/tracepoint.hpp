@@ -66,6 +66,15 @@ struct Analysis {
   // True when the scan of the rest of the function stopped early at undecodable bytes
   // (data in code): a branch beyond that point was not seen.
   bool scan_incomplete = false;
+  // What the relocation needs of each replaced instruction, kept from the one decoding
+  // (the scan and the relocation used to decode them again: on python3's 'Py*' a third
+  // of the attach's Zydis time). kind: detail::InsKind (0: not analyzed); disp_offset: a
+  // RIP-relative operand's disp32 within the instruction; cond: a Jcc's condition code;
+  // target_rel: a relative branch's target minus the function's address.
+  std::uint8_t kind[5] = {};
+  std::uint8_t disp_offset[5] = {};
+  std::uint8_t cond[5] = {};
+  std::int64_t target_rel[5] = {};
 };
 
 // Decodes the instructions at `code` (which is at runtime address `addr`); `size` is the
