@@ -275,6 +275,10 @@ class TruthFn:
     # program timed them around each nested call; None in older files (then a whole call
     # is counted as 1 + nested_calls fixed call costs).
     oncpu_nested_cost_ticks: Optional[float] = None
+    # What a call of this function cost beyond its recorded ticks, timed from its caller in
+    # the workload (a rare function runs colder than call_overhead_ticks' hot loop: 200-216
+    # ticks for lab_rare_50k against 31 on the Intel guest); None in older files.
+    oncpu_call_cost_ticks: Optional[float] = None
 
 
 def load_truth(path: Path) -> dict[str, TruthFn]:
@@ -300,7 +304,8 @@ def load_truth(path: Path) -> dict[str, TruthFn]:
                             mean_oncpu_ticks=_opt_num(path, where, f, "mean_oncpu_ticks"),
                             oncpu_stall_ticks_per_call=_opt_num(path, where, f, "oncpu_stall_ticks_per_call"),
                             nested_calls=int(f.get("nested_calls") or 0),
-                            oncpu_nested_cost_ticks=_opt_num(path, where, f, "oncpu_nested_cost_ticks"))
+                            oncpu_nested_cost_ticks=_opt_num(path, where, f, "oncpu_nested_cost_ticks"),
+                            oncpu_call_cost_ticks=_opt_num(path, where, f, "oncpu_call_cost_ticks"))
     return out
 
 
@@ -472,6 +477,20 @@ def baseline_nested_costs(rows: list[dict[str, Any]]) -> dict[tuple[str, Any], d
     return out
 
 
+def baseline_call_costs(rows: list[dict[str, Any]]) -> dict[tuple[str, Any], dict[str, float]]:
+    """(workload, round) -> {function: oncpu_call_cost_ticks} of that round's run without
+    any preload: each function's fixed cost as the workload runs it, timed from its caller
+    (a profiled run's value holds the probes). Where present it replaces call_overhead_ticks."""
+    out = {}
+    for r in rows:
+        t = r.get("_truth")
+        if r.get("policy") in ("", None, "baseline") and t:
+            costs = {n: f.oncpu_call_cost_ticks for n, f in t.items() if f.oncpu_call_cost_ticks is not None}
+            if costs:
+                out[(r["workload"], r["round"])] = costs
+    return out
+
+
 def _call_truth(t: "TruthFn", overhead: Optional[float], nested_cost: Optional[float] = None) -> Optional[float]:
     """A call's true length on CPU: the spin mean over the calls without a context switch
     (the profiler's on-CPU estimand; the unpreempted mean in older truth files) plus the
@@ -513,15 +532,18 @@ def accuracy(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     baseline_overheads): what a compensated estimate of a whole call should be."""
     out = []
     overheads, nested_costs = baseline_overheads(rows), baseline_nested_costs(rows)
+    call_costs = baseline_call_costs(rows)
     for r in rows:
         prof, truth = r.get("_profile"), r.get("_truth")
         if prof is None or truth is None:
             continue
         overhead = overheads.get((r["workload"], r["round"]))
         nested = nested_costs.get((r["workload"], r["round"]), {})
+        costs = call_costs.get((r["workload"], r["round"]), {})
         est = prof.by_name()
         for name, t in truth.items():
-            call, busy = _call_truth(t, overhead, nested.get(name)), _busy_call_truth(t, overhead, nested.get(name))
+            own = costs.get(name, overhead)  # the function's own fixed cost, else the hot one
+            call, busy = _call_truth(t, own, nested.get(name)), _busy_call_truth(t, own, nested.get(name))
             f = est.get(name)
             ci = f.mean_ci_ticks if f else None
             mean = f.mean_ticks if f else None

@@ -609,6 +609,25 @@ def test_call_truth_takes_the_nested_calls_cost_from_the_baseline_run(oncpu_fold
     assert acc[("budget", "lab_b")]["true_call_ticks"] == pytest.approx(TRUTH["lab_b"] + 0.01 * TRUTH["lab_a"])
 
 
+def test_call_truth_takes_each_functions_own_cost_from_the_baseline_run(oncpu_folder):
+    """With oncpu_call_cost_ticks in the uninstrumented run's truth, a function's whole call
+    is its spin + that cost instead of the hot call_overhead_ticks; a function without it
+    keeps the hot one, and the profiled run's own value (probes in it) is not used."""
+    for run, cost in (("baseline-r0", 0.04), ("budget-r0", 9.0)):
+        path = oncpu_folder / f"raw/lab-cyg/{run}/truth.json"
+        data = json.loads(path.read_text())
+        data["call_overhead_ticks"] = 0.01 * TRUTH["lab_a"]
+        for f in data["functions"]:
+            if f["name"] == "lab_a":
+                f["oncpu_call_cost_ticks"] = cost * TRUTH["lab_a"]
+        path.write_text(json.dumps(data))
+    rows = prof.attach(prof.load_runs(oncpu_folder / "runs.csv"), oncpu_folder)
+    assert prof.baseline_call_costs(rows) == {("lab-cyg", 0): {"lab_a": pytest.approx(0.04 * TRUTH["lab_a"])}}
+    acc = {(a["config"], a["function"]): a for a in prof.accuracy(rows)}
+    assert acc[("budget", "lab_a")]["true_call_ticks"] == pytest.approx(1.04 * TRUTH["lab_a"])
+    assert acc[("budget", "lab_b")]["true_call_ticks"] == pytest.approx(TRUTH["lab_b"] + 0.01 * TRUTH["lab_a"])
+
+
 def test_median_ci_takes_the_binomial_order_statistics():
     xs = [float(i) for i in range(1, 22)]   # 21 rounds: P(B(21,1/2) <= 5) = 0.013 <= 0.025 < P(<= 6)
     assert prof.median_ci(xs) == (6.0, 16.0)
