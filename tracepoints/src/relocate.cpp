@@ -493,6 +493,7 @@ Status relocate(const std::uint8_t* code, std::uintptr_t addr, const Analysis& a
       case Kind::unsupported:
         return Status::unsupported_instruction;
       case Kind::none:
+      default:
         return Status::bad_state;  // not from analyze_head / analyze_first
     }
   }
