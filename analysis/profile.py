@@ -463,32 +463,31 @@ def baseline_overheads(rows: list[dict[str, Any]]) -> dict[tuple[str, Any], floa
     return out
 
 
-def baseline_nested_costs(rows: list[dict[str, Any]]) -> dict[tuple[str, Any], dict[str, float]]:
-    """(workload, round) -> {function: oncpu_nested_cost_ticks} of that round's run without
-    any preload: what the nested calls a truth leaves out cost in the program itself (a
-    profiled run's value holds the probes on them)."""
+def _baseline_per_function(rows: list[dict[str, Any]], attr: str) -> dict[tuple[str, Any], dict[str, float]]:
+    """(workload, round) -> {function: the TruthFn attribute attr} of that round's run
+    without any preload, for the functions that have it."""
     out = {}
     for r in rows:
         t = r.get("_truth")
         if r.get("policy") in ("", None, "baseline") and t:
-            costs = {n: f.oncpu_nested_cost_ticks for n, f in t.items() if f.oncpu_nested_cost_ticks is not None}
-            if costs:
-                out[(r["workload"], r["round"])] = costs
+            values = {n: getattr(f, attr) for n, f in t.items() if getattr(f, attr) is not None}
+            if values:
+                out[(r["workload"], r["round"])] = values
     return out
+
+
+def baseline_nested_costs(rows: list[dict[str, Any]]) -> dict[tuple[str, Any], dict[str, float]]:
+    """(workload, round) -> {function: oncpu_nested_cost_ticks} of that round's run without
+    any preload: what the nested calls a truth leaves out cost in the program itself (a
+    profiled run's value holds the probes on them)."""
+    return _baseline_per_function(rows, "oncpu_nested_cost_ticks")
 
 
 def baseline_call_costs(rows: list[dict[str, Any]]) -> dict[tuple[str, Any], dict[str, float]]:
     """(workload, round) -> {function: oncpu_call_cost_ticks} of that round's run without
     any preload: each function's fixed cost as the workload runs it, timed from its caller
     (a profiled run's value holds the probes). Where present it replaces call_overhead_ticks."""
-    out = {}
-    for r in rows:
-        t = r.get("_truth")
-        if r.get("policy") in ("", None, "baseline") and t:
-            costs = {n: f.oncpu_call_cost_ticks for n, f in t.items() if f.oncpu_call_cost_ticks is not None}
-            if costs:
-                out[(r["workload"], r["round"])] = costs
-    return out
+    return _baseline_per_function(rows, "oncpu_call_cost_ticks")
 
 
 def _call_truth(t: "TruthFn", overhead: Optional[float], nested_cost: Optional[float] = None) -> Optional[float]:
