@@ -125,8 +125,9 @@ TEST(ProfileStats, BatchMeansIntervalCoversClusteredSamples) {
 
 // The gap term of the bounds (profile_report.hpp, MachineGaps), simulated: the machine
 // takes gaps as a Poisson process in running time (one per 1.6 M ticks, exponential sizes
-// of mean 39,000 ticks: ~2.4% of the time, what the meter measured on the Intel guest, 28
-// Nov) and a call of d running ticks holds a Poisson number of them, so its true mean is
+// of mean 39,000 ticks: ~2.4% of the time, ~1,440 a second at 2.3 GHz, about the median
+// run of the meter in the Intel guest's evaluation, profiler/README.md) and a call of d
+// running ticks holds a Poisson number of them, so its true mean is
 // d (1 + 39,000 / 1.6 M). A run: 40 batches of 1-10 samples (d with 2% noise, plus their
 // gaps) and the launcher's 40 ms meter on the same process. Fixed seed, 2,000 runs per d.
 // Where a run's samples hold a few gaps in expectation (d 20,000: ~2.7), the interval alone

@@ -42,7 +42,7 @@ namespace {
 
 namespace fs = std::filesystem;
 namespace prof = crossmod::profile;
-// 1 ms chunks of the gap meter on each side of the run: ~10-40 gaps each here.
+// 1 ms chunks of the gap meter on each side of the run: ~10-100 gaps each here.
 constexpr unsigned kGapChunks = 20;
 
 struct ProfileOptions {

@@ -39,8 +39,9 @@ struct PolicyInfo {
 // still did not run (a hypervisor that took the vCPU, an interrupt), measured by the
 // launcher in a bare rdtsc loop on its own thread, before the program starts and after it
 // ends (so never beside it). A function's sampled calls hold a Poisson number of them: when
-// their expected number is small (a gap is ~14-45 us here, ~1.5-3% of the time at a few
-// hundred to ~2,000 a second, against calls of 10^2-10^5 ticks), a run often draws fewer
+// their expected number is small (on the Intel guest 6-49 us on average a gap, 1.5-5% of
+// the time, 500-5,400 a second: 5th-95th percentile of 532 evaluation runs; calls of
+// 10^2-10^5 ticks), a run often draws fewer
 // than the truth holds, its mean is short by their share, and the samples' spread, with no
 // gap among them to widen it, gives an interval that misses (profiler/README.md, Known
 // problems 1). The bounds add that share of the mean to their upper end (gap_term).
@@ -53,7 +54,7 @@ struct MachineGaps {
   unsigned chunks = 0, dropped = 0;   // 1 ms chunks measured; dropped: the thread was switched out
   double share() const { return spin_ticks > 0 ? gap_ticks / spin_ticks : 0.0; }
   // The share's upper 97.5% bound: the summed lengths of a Poisson number of gaps have
-  // variance rate x E[length^2], estimated by gap_sq (40 ms hold ~20-60 gaps here, so the
+  // variance rate x E[length^2], estimated by gap_sq (40 ms hold ~20-200 gaps here, so the
   // share alone is uncertain by ~15-20%: taken as it is, a short function's bound, which
   // the term decides, covered in 71% of the simulated runs; report_test.cpp).
   double share_hi() const {
