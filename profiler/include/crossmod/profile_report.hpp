@@ -55,7 +55,7 @@ struct MachineGaps {
   double share() const { return spin_ticks > 0 ? gap_ticks / spin_ticks : 0.0; }
   // The share's upper 97.5% bound: the summed lengths of a Poisson number of gaps have
   // variance rate x E[length^2], estimated by gap_sq (40 ms hold ~20-200 gaps here, so the
-  // share alone is uncertain by ~15-20%: taken as it is, a short function's bound, which
+  // share alone is uncertain by ~10-30%: taken as it is, a short function's bound, which
   // the term decides, covered in 71% of the simulated runs; report_test.cpp).
   double share_hi() const {
     return spin_ticks > 0 ? (gap_ticks + 1.959963984540054 * std::sqrt(gap_sq)) / spin_ticks : 0.0;
