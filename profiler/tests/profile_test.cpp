@@ -1100,9 +1100,9 @@ TEST(ProfileNeverCalled, LeftOutOfTheReport) {
 // calib_ticks and self_ticks, and nothing for callees, so its mean_sys_ticks is exactly
 // |calib_ticks_per_hit + self_ticks| of its provider, and the bound is the interval widened
 // by it on both sides, and at the top also by the machine's gaps (share_upper / (1 -
-// share_upper) of the mean: profile_report.hpp, gap_term). The interval needs two batches (epochs with samples): at the default
-// 10 ms epoch this ~35 ms run sometimes had one (the first wake lands anywhere in its tick;
-// CI, 28 Nov), so epochs of 2 ms and a run of ~150 ms.
+// share_upper) of the mean: profile_report.hpp, gap_term). The interval needs two batches (epochs
+// with samples): at the default 10 ms epoch this ~35 ms run sometimes had one (the first wake lands
+// anywhere in its tick; CI, 28 Nov), so epochs of 2 ms and a run of ~150 ms.
 TEST(ProfileSystematic, ALeafsTermIsItsConstants) {
   for (const auto& [prog, provider] :
        {std::pair{std::string(PROF_MT_PFE), "patchable"}, std::pair{std::string(PROF_MT_CYG), "cyg"}}) {
@@ -1121,11 +1121,13 @@ TEST(ProfileSystematic, ALeafsTermIsItsConstants) {
     const double su = std::min(j["run"]["machine_gaps"]["share_upper"].get<double>(), 0.9);
     const double mean = (*a)["mean_ticks"].get<double>();
     EXPECT_NEAR((*a)["mean_bound_ticks"][1].get<double>(),
-                (*a)["mean_ci_ticks"][1].get<double>() + expect + mean * su / (1 - su), 1e-6 * mean);
+                (*a)["mean_ci_ticks"][1].get<double>() + expect + mean * su / (1 - su),
+                1e-6 * mean);
     if ((*a)["oncpu_mean_ci_ticks"].is_array()) {
       const double oncpu = (*a)["oncpu_mean_ticks"].get<double>();
       EXPECT_NEAR((*a)["oncpu_mean_bound_ticks"][1].get<double>(),
-                  (*a)["oncpu_mean_ci_ticks"][1].get<double>() + expect + oncpu * su / (1 - su), 1e-6 * oncpu);
+                  (*a)["oncpu_mean_ci_ticks"][1].get<double>() + expect + oncpu * su / (1 - su),
+                  1e-6 * oncpu);
     }
     const std::string csv = slurp(r.dir / "profile.csv");
     EXPECT_NE(csv.find(",mean_sys_ticks\n"), std::string::npos);

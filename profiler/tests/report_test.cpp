@@ -4,9 +4,8 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
-#include <boost/math/distributions/students_t.hpp>
-
 #include <algorithm>
+#include <boost/math/distributions/students_t.hpp>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -437,7 +436,8 @@ TEST(ProfileReport, SystematicTermAndBound) {
   EXPECT_NEAR(gap_term(500, run.gaps), 500 * s / (1 - s), 1e-9);
   const nlohmann::json g = report_json(d, run, {});
   EXPECT_EQ(g["functions"][0]["mean_bound_ticks"][0], 460.0);
-  EXPECT_NEAR(g["functions"][0]["mean_bound_ticks"][1].get<double>(), 540.0 + 500 * s / (1 - s), 1e-9);
+  EXPECT_NEAR(g["functions"][0]["mean_bound_ticks"][1].get<double>(), 540.0 + 500 * s / (1 - s),
+              1e-9);
   EXPECT_EQ(g["run"]["machine_gaps"]["gaps"], 1);
   EXPECT_NE(report_table(d, run, 5).find("machine gaps: 2.00% of the time"), std::string::npos)
       << report_table(d, run, 5);

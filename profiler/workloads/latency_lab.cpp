@@ -204,13 +204,15 @@ LAB_NOIPA void lab_inner_3k() { record(kInner3k, spin(3000)); }
 constexpr unsigned kOuterNested = 2;
 LAB_HELPER std::uint64_t inner_call(std::uint64_t& stall) noexcept {
   Truth& t = *t_truth;
-  const std::uint64_t spun0 = t.ticks[kInner3k], stall0 = t.oncpu_stall_ticks[kInner3k], sw0 = t.switched[kInner3k];
+  const std::uint64_t spun0 = t.ticks[kInner3k], stall0 = t.oncpu_stall_ticks[kInner3k],
+                      sw0 = t.switched[kInner3k];
   const std::uint64_t t0 = tsc();
   lab_inner_3k();
   const std::uint64_t t1 = tsc();
   stall += t.oncpu_stall_ticks[kInner3k] - stall0;
   const std::uint64_t spun = t.ticks[kInner3k] - spun0;
-  const std::uint64_t beyond = t1 - t0 > spun ? t1 - t0 - spun : 0;  // the call's cost beyond its spin
+  const std::uint64_t beyond =
+      t1 - t0 > spun ? t1 - t0 - spun : 0;               // the call's cost beyond its spin
   if (t.switched[kInner3k] == sw0 && beyond <= 21000) {  // as timed_calls
     t.cost_ticks[kInner3k] += beyond;
     ++t.cost_calls[kInner3k];
@@ -429,21 +431,27 @@ int main(int argc, char** argv) {
         }
         std::fprintf(out, ", \"nested_calls\": %u", f == kOuter ? kOuterNested : 0u);
         if (sw && oncpu > 0 && f == kOuter)
-          std::fprintf(out, ", \"oncpu_nested_cost_ticks\": %.3f",
-                       static_cast<double>(total.oncpu_nested_ticks[f]) / static_cast<double>(oncpu));
+          std::fprintf(
+              out, ", \"oncpu_nested_cost_ticks\": %.3f",
+              static_cast<double>(total.oncpu_nested_ticks[f]) / static_cast<double>(oncpu));
         else
           std::fprintf(out, ", \"oncpu_nested_cost_ticks\": null");
         if (sw && total.cost_calls[f] > 0)
-          std::fprintf(out, ", \"oncpu_call_cost_ticks\": %.3f, \"cost_timed_calls\": %" PRIu64 "}",
-                       static_cast<double>(total.cost_ticks[f]) / static_cast<double>(total.cost_calls[f]),
-                       total.cost_calls[f]);
+          std::fprintf(
+              out, ", \"oncpu_call_cost_ticks\": %.3f, \"cost_timed_calls\": %" PRIu64 "}",
+              static_cast<double>(total.cost_ticks[f]) / static_cast<double>(total.cost_calls[f]),
+              total.cost_calls[f]);
         else
           std::fprintf(out, ", \"oncpu_call_cost_ticks\": null, \"cost_timed_calls\": 0}");
       } else {
-        std::fprintf(out, ", \"mean_ticks\": null, \"sd_ticks\": null, \"preempted_calls\": null, "
-                          "\"mean_unpreempted_ticks\": null, \"switched_calls\": null, \"mean_oncpu_ticks\": null, "
-                          "\"oncpu_stalled_calls\": null, \"oncpu_stall_ticks_per_call\": null, \"nested_calls\": 0, "
-                          "\"oncpu_nested_cost_ticks\": null, \"oncpu_call_cost_ticks\": null, \"cost_timed_calls\": 0}");
+        std::fprintf(out,
+                     ", \"mean_ticks\": null, \"sd_ticks\": null, \"preempted_calls\": null, "
+                     "\"mean_unpreempted_ticks\": null, \"switched_calls\": null, "
+                     "\"mean_oncpu_ticks\": null, "
+                     "\"oncpu_stalled_calls\": null, \"oncpu_stall_ticks_per_call\": null, "
+                     "\"nested_calls\": 0, "
+                     "\"oncpu_nested_cost_ticks\": null, \"oncpu_call_cost_ticks\": null, "
+                     "\"cost_timed_calls\": 0}");
       }
       std::fprintf(out, "%s\n", f + 1 < kFnCount ? "," : "");
     }

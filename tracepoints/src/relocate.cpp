@@ -238,8 +238,8 @@ Status analyze(const std::uint8_t* code, std::size_t size, std::uintptr_t addr,
 
 namespace detail {
 
-Status analyze_head(const std::uint8_t* code, std::size_t size, std::uintptr_t addr,
-                    Analysis* out, unsigned prefix, std::size_t room) noexcept {
+Status analyze_head(const std::uint8_t* code, std::size_t size, std::uintptr_t addr, Analysis* out,
+                    unsigned prefix, std::size_t room) noexcept {
   *out = Analysis{};
   if (prefix > kMaxPrefix) return Status::bad_state;
   const std::size_t jump_len = kJumpLen + prefix;
@@ -352,7 +352,8 @@ Status analyze_scan(const std::uint8_t* code, std::size_t size, std::uintptr_t a
     const auto k = static_cast<Kind>(out->kind[i]);
     if (k == Kind::none) return Status::bad_state;
     if (k == Kind::jmp || k == Kind::jcc || k == Kind::call)
-      if (const Status s = check_target(addr + static_cast<std::uintptr_t>(out->target_rel[i])); s != Status::ok)
+      if (const Status s = check_target(addr + static_cast<std::uintptr_t>(out->target_rel[i]));
+          s != Status::ok)
         return s;
   }
   // The rest of the function: most of the start-up cost of a pattern over a big program

@@ -168,9 +168,11 @@ TEST(Relocate, RefusesAnAnalysisNotMadeByTheAnalysis) {
   a.length[0] = 5;
   a.replaced_len = 5;
   Reloc r;
-  EXPECT_EQ(detail::relocate(kPrologue.data(), 0x10000, a, 0x20000, r.out, sizeof r.out, &r.used, r.off),
+  EXPECT_EQ(
+      detail::relocate(kPrologue.data(), 0x10000, a, 0x20000, r.out, sizeof r.out, &r.used, r.off),
+      Status::bad_state);
+  EXPECT_EQ(detail::analyze_scan(kPrologue.data(), kPrologue.size(), 0x10000, &a),
             Status::bad_state);
-  EXPECT_EQ(detail::analyze_scan(kPrologue.data(), kPrologue.size(), 0x10000, &a), Status::bad_state);
 }
 
 TEST(Relocate, PlainCopyAndJumpBack) {
@@ -441,7 +443,8 @@ TEST(Analyze, ByteFilterMatchesItsDefinition) {
 // this test (libc, libstdc++, gtest, the test itself; the same at every prefix).
 TEST(Analyze, KeptInstructionsMatchAFullDecoding) {
   ZydisDecoder dec;
-  ASSERT_TRUE(ZYAN_SUCCESS(ZydisDecoderInit(&dec, ZYDIS_MACHINE_MODE_LONG_64, ZYDIS_STACK_WIDTH_64)));
+  ASSERT_TRUE(
+      ZYAN_SUCCESS(ZydisDecoderInit(&dec, ZYDIS_MACHINE_MODE_LONG_64, ZYDIS_STACK_WIDTH_64)));
   std::vector<ElfFunction> fns;
   ASSERT_TRUE(enumerate_functions(&fns));
   std::size_t heads = 0, rip = 0, branches = 0, jccs = 0;
@@ -454,7 +457,8 @@ TEST(Analyze, KeptInstructionsMatchAFullDecoding) {
       for (unsigned i = 0; i < a.count; ++i) {
         ZydisDecodedInstruction ins;
         ZydisDecodedOperand ops[ZYDIS_MAX_OPERAND_COUNT];
-        ASSERT_TRUE(ZYAN_SUCCESS(ZydisDecoderDecodeFull(&dec, code + a.offset[i], a.length[i], &ins, ops)));
+        ASSERT_TRUE(
+            ZYAN_SUCCESS(ZydisDecoderDecodeFull(&dec, code + a.offset[i], a.length[i], &ins, ops)));
         ASSERT_EQ(ins.length, a.length[i]);
         const auto kind = static_cast<detail::InsKind>(a.kind[i]);
         ASSERT_NE(kind, detail::InsKind::none) << f.name;
@@ -465,14 +469,17 @@ TEST(Analyze, KeptInstructionsMatchAFullDecoding) {
           if (ops[k].type != ZYDIS_OPERAND_TYPE_IMMEDIATE || !ops[k].imm.is_relative) continue;
           imm_rel = true;
           ZyanU64 t = 0;
-          ASSERT_TRUE(ZYAN_SUCCESS(ZydisCalcAbsoluteAddress(&ins, &ops[k], f.addr + a.offset[i], &t)));
-          EXPECT_EQ(f.addr + static_cast<std::uintptr_t>(a.target_rel[i]), t) << f.name << " in " << f.object;
+          ASSERT_TRUE(
+              ZYAN_SUCCESS(ZydisCalcAbsoluteAddress(&ins, &ops[k], f.addr + a.offset[i], &t)));
+          EXPECT_EQ(f.addr + static_cast<std::uintptr_t>(a.target_rel[i]), t)
+              << f.name << " in " << f.object;
           ++branches;
         }
         if (!relative) {
           EXPECT_EQ(kind, detail::InsKind::plain) << f.name;
         } else if (imm_rel) {
-          EXPECT_TRUE(kind == detail::InsKind::jmp || kind == detail::InsKind::jcc || kind == detail::InsKind::call)
+          EXPECT_TRUE(kind == detail::InsKind::jmp || kind == detail::InsKind::jcc ||
+                      kind == detail::InsKind::call)
               << f.name;
           if (kind == detail::InsKind::jcc) {
             EXPECT_EQ(a.cond[i], ins.opcode & 0x0F) << f.name;
@@ -490,7 +497,8 @@ TEST(Analyze, KeptInstructionsMatchAFullDecoding) {
   EXPECT_GT(heads, 1000u);
   EXPECT_GT(rip, 100u);
   EXPECT_GT(branches, 10u);
-  std::printf("heads %zu, RIP-relative %zu, relative branches %zu (jcc %zu)\n", heads, rip, branches, jccs);
+  std::printf("heads %zu, RIP-relative %zu, relative branches %zu (jcc %zu)\n", heads, rip,
+              branches, jccs);
 }
 
 // choose_head: the smallest number of 0x2E prefixes whose jump can have an entry slot.

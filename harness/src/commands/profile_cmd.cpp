@@ -260,9 +260,10 @@ void run_profile(const ProfileOptions& o) {
   getrusage(RUSAGE_CHILDREN, &ru1);
   run.gaps.add(prof::measure_gaps(kGapChunks, hz0));
   if (run.gaps.spin_ticks <= 0)
-    run.notes.push_back(fmt::format("the machine's gaps were not measured (all {} chunks of the meter were switched "
-                                    "out): the bounds have no gap term",
-                                    run.gaps.chunks));
+    run.notes.push_back(fmt::format(
+        "the machine's gaps were not measured (all {} chunks of the meter were switched "
+        "out): the bounds have no gap term",
+        run.gaps.chunks));
   sigaction(SIGINT, &old_int, nullptr);
   sigaction(SIGQUIT, &old_quit, nullptr);
   sigaction(SIGTERM, &old_term, nullptr);

@@ -51,7 +51,7 @@ struct MachineGaps {
   double gap_ticks = 0;               // summed length of the gaps in them
   double gap_sq = 0;                  // summed squares of those lengths
   std::uint64_t gaps = 0;
-  unsigned chunks = 0, dropped = 0;   // 1 ms chunks measured; dropped: the thread was switched out
+  unsigned chunks = 0, dropped = 0;  // 1 ms chunks measured; dropped: the thread was switched out
   double share() const { return spin_ticks > 0 ? gap_ticks / spin_ticks : 0.0; }
   // The share's upper 97.5% bound: the summed lengths of a Poisson number of gaps have
   // variance rate x E[length^2], estimated by gap_sq (40 ms hold ~20-200 gaps here, so the
@@ -79,7 +79,7 @@ struct RunInfo {
   int signal = 0;
   double wall_s = 0, user_s = 0, sys_s = 0, tsc_hz = 0;
   std::uint64_t start_tsc = 0, end_tsc = 0;  // the launcher's, around the child's life
-  MachineGaps gaps;                           // before the program and after it
+  MachineGaps gaps;                          // before the program and after it
   std::vector<std::string> notes;
 };
 

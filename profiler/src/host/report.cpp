@@ -493,8 +493,12 @@ nlohmann::json report_json(const ProfileData& d, const RunInfo& run, const std::
                {"status", run.status},
                {"signal", run.signal ? json(run.signal) : json()},
                {"execs", d.segments > 0 ? d.segments - 1 : 0}};
-  j["run"] = {{"wall_s", run.wall_s}, {"cpu_s", cpu_s},     {"user_s", run.user_s},
-              {"sys_s", run.sys_s},   {"tsc_hz", run.tsc_hz}, {"threads", d.threads},
+  j["run"] = {{"wall_s", run.wall_s},
+              {"cpu_s", cpu_s},
+              {"user_s", run.user_s},
+              {"sys_s", run.sys_s},
+              {"tsc_hz", run.tsc_hz},
+              {"threads", d.threads},
               {"switch_detection", switch_detection(d)},
               {"machine_gaps", machine_gaps_json(run)}};
   j["overhead"] = {{"probes", d.probes},
@@ -545,43 +549,48 @@ nlohmann::json report_json(const ProfileData& d, const RunInfo& run, const std::
   const bool sw = d.switch_detect;
   for (const FunctionStats& s : d.functions) {
     const bool on = sw && s.oncpu.n > 0;
-    fs.push_back({{"name", s.name},
-                  {"object", s.object},
-                  {"address", fmt::format("{:#x}", s.address)},
-                  {"provider", s.provider},
-                  {"calls_observed", s.calls_observed},
-                  {"calls_estimated", s.calls_estimated},
-                  {"samples", s.samples},
-                  {"mean_ticks", s.samples ? json(s.mean) : json()},
-                  {"mean_ci_ticks", s.has_ci ? json::array({s.ci_lo, s.ci_hi}) : json()},
-                  {"raw_mean_ticks",
-                   s.samples ? json(static_cast<double>(s.raw_sum_ticks) / static_cast<double>(s.samples)) : json()},
-                  {"uncompensated_samples", s.uncompensated},
-                  {"exits_without_entry", s.blind_exits},
-                  {"discovery_exits", s.discovery_exits},
-                  {"switched_samples", sw ? json(s.sw_samples) : json()},
-                  {"unknown_switch_samples", sw ? json(s.unk_samples) : json()},
-                  {"cold_samples", s.cold_samples},
-                  {"oncpu_samples", sw ? json(s.oncpu.n) : json()},
-                  {"oncpu_mean_ticks", on ? json(s.oncpu.mean) : json()},
-                  {"oncpu_mean_ci_ticks", on && s.oncpu.has_ci ? json::array({s.oncpu.lo, s.oncpu.hi}) : json()},
-                  {"mean_sys_ticks", s.has_sys() ? json(s.sys()) : json()},
-                  {"mean_bound_ticks", s.has_ci && s.has_sys() ? json::array({s.ci_lo - s.sys(),
-                                                                               s.ci_hi + s.sys() + gap_term(s.mean, run.gaps)})
-                                                               : json()},
-                  {"oncpu_mean_bound_ticks",
-                   on && s.oncpu.has_ci && s.has_sys()
-                       ? json::array({s.oncpu.lo - s.sys(), s.oncpu.hi + s.sys() + gap_term(s.oncpu.mean, run.gaps)})
-                       : json()},
-                  {"p50_ticks", s.samples ? json(s.p50) : json()},
-                  {"p99_ticks", s.samples ? json(s.p99) : json()},
-                  {"share", s.share},
-                  {"batches", s.all.batches},
-                  {"active_share", s.run_ticks > 0 ? s.active_ticks / s.run_ticks : 0.0},
-                  {"toggles", s.toggles},
-                  {"hist", hist_json(s.hist)},
-                  {"converged", s.converged},
-                  {"exit_probe", s.exit_probe}});
+    fs.push_back(
+        {{"name", s.name},
+         {"object", s.object},
+         {"address", fmt::format("{:#x}", s.address)},
+         {"provider", s.provider},
+         {"calls_observed", s.calls_observed},
+         {"calls_estimated", s.calls_estimated},
+         {"samples", s.samples},
+         {"mean_ticks", s.samples ? json(s.mean) : json()},
+         {"mean_ci_ticks", s.has_ci ? json::array({s.ci_lo, s.ci_hi}) : json()},
+         {"raw_mean_ticks",
+          s.samples ? json(static_cast<double>(s.raw_sum_ticks) / static_cast<double>(s.samples))
+                    : json()},
+         {"uncompensated_samples", s.uncompensated},
+         {"exits_without_entry", s.blind_exits},
+         {"discovery_exits", s.discovery_exits},
+         {"switched_samples", sw ? json(s.sw_samples) : json()},
+         {"unknown_switch_samples", sw ? json(s.unk_samples) : json()},
+         {"cold_samples", s.cold_samples},
+         {"oncpu_samples", sw ? json(s.oncpu.n) : json()},
+         {"oncpu_mean_ticks", on ? json(s.oncpu.mean) : json()},
+         {"oncpu_mean_ci_ticks",
+          on && s.oncpu.has_ci ? json::array({s.oncpu.lo, s.oncpu.hi}) : json()},
+         {"mean_sys_ticks", s.has_sys() ? json(s.sys()) : json()},
+         {"mean_bound_ticks",
+          s.has_ci && s.has_sys()
+              ? json::array({s.ci_lo - s.sys(), s.ci_hi + s.sys() + gap_term(s.mean, run.gaps)})
+              : json()},
+         {"oncpu_mean_bound_ticks",
+          on && s.oncpu.has_ci && s.has_sys()
+              ? json::array(
+                    {s.oncpu.lo - s.sys(), s.oncpu.hi + s.sys() + gap_term(s.oncpu.mean, run.gaps)})
+              : json()},
+         {"p50_ticks", s.samples ? json(s.p50) : json()},
+         {"p99_ticks", s.samples ? json(s.p99) : json()},
+         {"share", s.share},
+         {"batches", s.all.batches},
+         {"active_share", s.run_ticks > 0 ? s.active_ticks / s.run_ticks : 0.0},
+         {"toggles", s.toggles},
+         {"hist", hist_json(s.hist)},
+         {"converged", s.converged},
+         {"exit_probe", s.exit_probe}});
   }
   j["functions"] = fs;
   json ms = json::array();
@@ -674,12 +683,16 @@ std::string report_table(const ProfileData& d, const RunInfo& run, std::size_t t
                    cpu_s > 0 ? 100.0 * static_cast<double>(d.daemon_cpu_ns) / 1e9 / cpu_s : 0.0,
                    cpu_s > 0 ? 100.0 * static_cast<double>(d.setup_cpu_ns) / 1e9 / cpu_s : 0.0);
   if (run.gaps.spin_ticks > 0 && run.tsc_hz > 0)
-    o += fmt::format("  machine gaps: {:.2f}% of the time ({:.0f}/s, {:.1f} us each; {:.0f} ms measured around the "
-                     "run), added to the upper end of mean_bound_ticks\n",
-                     100 * run.gaps.share(),
-                     static_cast<double>(run.gaps.gaps) / (run.gaps.spin_ticks / run.tsc_hz),
-                     run.gaps.gaps > 0 ? run.gaps.gap_ticks / static_cast<double>(run.gaps.gaps) / run.tsc_hz * 1e6 : 0.0,
-                     run.gaps.spin_ticks / run.tsc_hz * 1e3);
+    o += fmt::format(
+        "  machine gaps: {:.2f}% of the time ({:.0f}/s, {:.1f} us each; {:.0f} ms measured around "
+        "the "
+        "run), added to the upper end of mean_bound_ticks\n",
+        100 * run.gaps.share(),
+        static_cast<double>(run.gaps.gaps) / (run.gaps.spin_ticks / run.tsc_hz),
+        run.gaps.gaps > 0
+            ? run.gaps.gap_ticks / static_cast<double>(run.gaps.gaps) / run.tsc_hz * 1e6
+            : 0.0,
+        run.gaps.spin_ticks / run.tsc_hz * 1e3);
   o += fmt::format("  {:>12} {:>14} {:>9} {:>12} {:>10} {:>8} {:>12} {:>7}  {}\n", "calls_obs", "calls_est",
                    "samples", "mean_ticks", "+-95%", "+-sys", "p99_ticks", "share", "function");
   std::size_t k = 0;
