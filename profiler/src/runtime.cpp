@@ -196,12 +196,29 @@ struct Tls {
   std::uint64_t cold;  // first runs of just-activated sites by this thread (see cold_samples)
   std::uint64_t hits;  // hits charged (finish): each added calib_ticks to instr_ticks
   std::uint32_t index;
-  std::uint32_t depth;
+  std::uint32_t depth;  // frames in use: frames[(base + i) % kFrames], i < depth, oldest first
+  std::uint32_t base;
   bool registered;
   bool shared_rec;  // another thread (or process) may add to *rec too: own_add locks
 };
 ThreadRecord g_spare_thread{};  // shared by threads beyond max_threads
 __attribute__((tls_model("initial-exec"))) thread_local Tls t_tls{};
+
+// The thread's frames are a ring: when all kFrames are in use the oldest is dropped
+// (overhead.frames_dropped; that call's exit finds no frame and is timed raw). Frames of
+// calls whose exit never comes (an exit probe switched off, or lost, while the call ran)
+// sit under later ones until an older call's exit clears them; with a fixed stack they
+// used to fill it, after which no call of the thread was compensated.
+inline Frame& top_frame(Tls& t) noexcept { return t.frames[(t.base + t.depth - 1) % kFrames]; }
+inline void push_frame(Tls& t, const Frame& fr) noexcept {
+  if (t.depth == kFrames) [[unlikely]] {
+    t.base = (t.base + 1) % kFrames;
+    --t.depth;
+    add(g_hdr->frames_dropped, 1);
+  }
+  ++t.depth;
+  top_frame(t) = fr;
+}
 
 Tls& tls() noexcept {
   Tls& t = t_tls;
@@ -349,14 +366,15 @@ void extrapolate(FuncRecord& f, std::uint64_t now) noexcept {
   A(f.est_until).store(now, std::memory_order_relaxed);
 }
 
-void switch_off(FuncRecord& f, FnState why) noexcept {
-  if (A(f.state).load(std::memory_order_relaxed) != static_cast<std::uint64_t>(FnState::on)) return;
-  if (!try_toggle_lock(f)) return;
+// True when this call switched f off (its probes are off now).
+bool switch_off(FuncRecord& f, FnState why) noexcept {
+  if (A(f.state).load(std::memory_order_relaxed) != static_cast<std::uint64_t>(FnState::on)) return false;
+  if (!try_toggle_lock(f)) return false;
   std::uint64_t expected = static_cast<std::uint64_t>(FnState::on);
   if (!A(f.state).compare_exchange_strong(expected, static_cast<std::uint64_t>(why),
                                           std::memory_order_acq_rel)) {
     toggle_unlock(f);
-    return;
+    return false;
   }
   const std::uint64_t t0 = rdtsc();
   const cp::ProbeId entry = A(f.entry_probe).load(std::memory_order_acquire);
@@ -376,6 +394,7 @@ void switch_off(FuncRecord& f, FnState why) noexcept {
   if (why == FnState::off_budget) add(g_hdr->budget_offs, 1);
   toggle_unlock(f);
   attend(f);  // off: the daemon switches it back on (or, converged, lets it go)
+  return true;
 }
 
 void on_entry(cp::ProbeId id, std::uint64_t) noexcept;
@@ -393,7 +412,6 @@ bool switch_on(FuncRecord& f, FnState from) noexcept {
     return false;
   }
   const std::uint64_t t0 = rdtsc();
-  A(f.armed_tsc).store(t0, std::memory_order_relaxed);
   A(f.entry_warm).store(0, std::memory_order_relaxed);
   A(f.exit_warm).store(0, std::memory_order_relaxed);
   const cp::ProbeId entry = A(f.entry_probe).load(std::memory_order_acquire);
@@ -401,6 +419,13 @@ bool switch_on(FuncRecord& f, FnState from) noexcept {
   if (exit != cp::kNoProbe) check(cp::activate(exit, on_exit));
   if (entry != cp::kNoProbe) check(cp::activate(entry, on_entry));
   const std::uint64_t t1 = rdtsc();
+  // Armed once the entry probe is on: the exit probe goes on first, and the layer
+  // redirects the return of every call that starts in between (a tracepoint's also while
+  // its entry probe is off), calls whose entry hit never ran and which no frame times; a
+  // daemon preempted there let ~150 of them through in one run, each a raw sample. (Also
+  // a call whose own entry hit switched its function off, returning after this switch-on.)
+  // A call that starts during the activation and is seen is lost as a sample: a few.
+  A(f.armed_tsc).store(t1, std::memory_order_relaxed);
   A(f.on_since).store(t1, std::memory_order_relaxed);
   // The window starts after the patching: the threads' probe time read now (one pass over
   // the threads, beside the activation's own waits), not at the walk's start.
@@ -420,8 +445,9 @@ bool switch_on(FuncRecord& f, FnState from) noexcept {
 // process-wide add (a cache line every thread writes) gets the thread's previous hits'
 // cost, and a switch-off (code writes, Tmax waits) is this hit's. After the reading there
 // is only the add to the thread's own record, which self_ticks covers: work there used to
-// land, unaccounted, in every sampled interval around the hit.
-inline void finish(Tls& t, FuncRecord& f, std::uint64_t t0) noexcept {
+// land, unaccounted, in every sampled interval around the hit. True when the budget
+// switched f off here.
+inline bool finish(Tls& t, FuncRecord& f, std::uint64_t t0) noexcept {
   const std::uint64_t period = g_period.load(std::memory_order_relaxed);
   if (t.period != period) {
     // What the thread spent over its cap is a debt: each period that has begun since pays
@@ -433,12 +459,13 @@ inline void finish(Tls& t, FuncRecord& f, std::uint64_t t0) noexcept {
     g_period_threads.fetch_add(1, std::memory_order_relaxed);
   }
   const bool budget = g_cfg.policy == Policy::budget;
+  bool off = false;
   if (budget) {
     const std::uint64_t all = g_period_spent.fetch_add(t.pending, std::memory_order_relaxed) + t.pending;
     t.pending = 0;
     if (t.spent > g_thread_cap || all > g_process_cap.load(std::memory_order_relaxed)) {
       own_add(t, t.rec->budget_hits, 1);
-      switch_off(f, FnState::off_budget);
+      off = switch_off(f, FnState::off_budget);
     }
   }
   std::uint64_t spent = rdtsc() - t0;
@@ -458,6 +485,7 @@ inline void finish(Tls& t, FuncRecord& f, std::uint64_t t0) noexcept {
     t.spent += cost + extra;
     t.pending += cost + extra;
   }
+  return off;
 }
 
 // A function can have several probes of one kind: -finstrument-functions instruments every
@@ -525,10 +553,13 @@ void on_entry(cp::ProbeId id, std::uint64_t tsc) noexcept {
   // hook's TSC and this function (t0 - tsc): measured, where a cold site costs thousands of
   // ticks that no calibrated constant holds. (The calibrated remainder absorbs the overlap
   // with the fixed cost charged for this hit.)
+  bool pushed = false;
   if (!entry_only) {
-    if (t.frames != nullptr && t.depth < kFrames)
-      t.frames[t.depth++] = {tsc, A(t.rec->instr_ticks).load(std::memory_order_relaxed) - (t0 > tsc ? t0 - tsc : 0),
-                             switch_seq(t), t.nest, t.cold, t.hits};
+    if (t.frames != nullptr) {
+      push_frame(t, {tsc, A(t.rec->instr_ticks).load(std::memory_order_relaxed) - (t0 > tsc ? t0 - tsc : 0),
+                     switch_seq(t), t.nest, t.cold, t.hits});
+      pushed = true;
+    }
     t.nest += g_nest[f.provider & 3];
   }
   const std::uint64_t before = A(f.calls).fetch_add(1, std::memory_order_relaxed);
@@ -538,7 +569,11 @@ void on_entry(cp::ProbeId id, std::uint64_t tsc) noexcept {
   if (entry_only && g_cfg.policy != Policy::full && &f != &g_calib_rec &&
       A(f.epoch_samples).fetch_add(1, std::memory_order_relaxed) + 1 >= g_cfg.samples)
     switch_off(f, FnState::off_sampled);
-  finish(t, f, t0);
+  // A budget switch-off here took this call's exit probe off too: its exit will not come
+  // to take the frame, which would stay under the frames of later calls (only an older
+  // call's exit clears it). They piled up under a long-lived caller (sqlite3's
+  // sqlite3VdbeExec) and filled the stack: every later sample went uncompensated.
+  if (finish(t, f, t0) && pushed && t.depth > 0 && top_frame(t).tsc == tsc) --t.depth;
 }
 
 void on_exit(cp::ProbeId id, std::uint64_t tsc) noexcept {
@@ -552,8 +587,11 @@ void on_exit(cp::ProbeId id, std::uint64_t tsc) noexcept {
   const std::uint64_t instr_now = A(t.rec->instr_ticks).load(std::memory_order_relaxed);
   const Frame* fr = nullptr;
   if (tsc != 0 && t.frames != nullptr) {
-    while (t.depth > 0 && t.frames[t.depth - 1].tsc > tsc) --t.depth;
-    if (t.depth > 0 && t.frames[t.depth - 1].tsc == tsc) fr = &t.frames[--t.depth];
+    while (t.depth > 0 && top_frame(t).tsc > tsc) --t.depth;
+    if (t.depth > 0 && top_frame(t).tsc == tsc) {
+      fr = &top_frame(t);
+      --t.depth;
+    }
   }
   if (tsc == 0) [[unlikely]] {
     add(f.blind_exits, 1);
@@ -931,6 +969,7 @@ void calibrate_self(cp::ProbeId entry, cp::ProbeId exit, void (*target)(volatile
   g_cfg.policy = policy;
   *t.rec = saved;
   t.depth = 0;
+  t.base = 0;
   t.nest = 0;
   if (rounds == 0) return;
   // The median round: an interrupt makes a round's mean larger, a lucky cache state

@@ -7,10 +7,18 @@
 //   prof_nest_cyg fork
 // Then forks (after 200 ms: the profiler's threads have their perf pages by then); the child
 // calls outer() 100 times and exits 0; the parent prints "child STATUS" (-1: killed).
+//   prof_nest_cyg long MS
+// Instead: one call of longrun(), which calls inner() for MS milliseconds (a caller whose
+// exit comes only at the end); prints "longrun 1" and "inner N".
+//   prof_nest_cyg deep D N
+// Instead: deep_inner() recurses D levels, and the deepest calls inner() N times (more
+// sampled calls in flight than the profiler's 64 frames); prints "deep_inner D+1" and
+// "inner N".
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
+#include <cstdlib>
 #include <cstring>
 
 #include <cstdio>
@@ -24,6 +32,29 @@ NOIPA unsigned long outer(unsigned long x) {
   for (int k = 0; k < 20; ++k) x = inner(x);
   return x;
 }
+__attribute__((no_instrument_function)) double seconds() {
+  timespec ts{};
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
+}
+NOIPA unsigned long longrun(double ms, unsigned long* calls) {
+  const double end = seconds() + ms * 1e-3;
+  unsigned long x = 1, n = 0;
+  while (seconds() < end)
+    for (int k = 0; k < 100; ++k, ++n) x = inner(x);
+  *calls = n;
+  return x;
+}
+NOIPA unsigned long deep_inner(unsigned d, unsigned n) {
+  if (d == 0) {
+    unsigned long x = 1;
+    for (unsigned k = 0; k < n; ++k) x = inner(x);
+    return x;
+  }
+  const unsigned long r = deep_inner(d - 1, n);
+  g_sink = r;  // work after the call: no tail call, no loop
+  return r ^ d;
+}
 NOIPA void napper() {
   timespec ts{0, 1'000'000};
   nanosleep(&ts, nullptr);
@@ -31,6 +62,18 @@ NOIPA void napper() {
 }  // namespace
 
 int main(int argc, char** argv) {
+  if (argc > 2 && std::strcmp(argv[1], "long") == 0) {
+    unsigned long n = 0;
+    g_sink = longrun(std::atof(argv[2]), &n);
+    std::printf("longrun 1\ninner %lu\n", n);
+    return 0;
+  }
+  if (argc > 3 && std::strcmp(argv[1], "deep") == 0) {
+    const unsigned d = static_cast<unsigned>(std::atoi(argv[2])), n = static_cast<unsigned>(std::atoi(argv[3]));
+    g_sink = deep_inner(d, n);
+    std::printf("deep_inner %u\ninner %u\n", d + 1, n);
+    return 0;
+  }
   unsigned long acc = 0;
   for (unsigned i = 0; i < 2000; ++i) acc += outer(i);
   for (unsigned i = 0; i < 200; ++i) napper();

@@ -105,6 +105,9 @@ struct Header {
   std::uint64_t wake_cpu_ns;
   std::uint64_t retract_wakes;    // second wakes in a tick, for a retraction pass
   std::uint64_t retract_skips;    // ticks whose retraction pass could not have paid its wake
+  // Sampled calls in flight beyond a thread's 64 frames: the oldest frame was dropped (that
+  // call's sample goes uncompensated).
+  std::uint64_t frames_dropped;
   std::uint64_t dropped_funcs;  // functions beyond max_funcs (not profiled)
   std::uint64_t dropped_threads;
   std::uint64_t flags;          // kFlag*
@@ -165,7 +168,7 @@ struct alignas(64) FuncRecord {
   // probes last went on; cleared before they go on. See cold_samples.
   std::uint64_t entry_warm;
   std::uint64_t exit_warm;
-  std::uint64_t armed_tsc;      // TSC just before the probes last went on; an exit whose
+  std::uint64_t armed_tsc;      // TSC just after the probes last went on; an exit whose
                                 // entry TSC is older belongs to an earlier window (stale)
   std::uint64_t sum_ticks;      // sum of sampled durations
   // Sampled durations are compensated: the instrumentation time the thread accounted

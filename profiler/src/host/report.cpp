@@ -161,6 +161,7 @@ ProfileData read_segments(const std::string& raw_dir, const RunInfo& run) {
     d.budget_offs += h.budget_offs;
     d.capped_hits += h.capped_hits;
     d.stale_exits += h.stale_exits;
+    d.frames_dropped += h.frames_dropped;
     d.retracts += h.retracts;
     d.walks += h.walks;
     d.walked += h.walked;
@@ -522,6 +523,7 @@ nlohmann::json report_json(const ProfileData& d, const RunInfo& run, const std::
                    {"budget_offs", d.budget_offs},
                    {"capped_hits", d.capped_hits},
                    {"stale_exits", d.stale_exits},
+                   {"frames_dropped", d.frames_dropped},
                    {"retracts", d.retracts},
                    {"retract_wakes", d.retract_wakes},
                    {"retract_skips", d.retract_skips},
