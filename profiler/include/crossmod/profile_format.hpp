@@ -12,14 +12,14 @@
 namespace crossmod::profile {
 
 inline constexpr char kMagic[8] = {'C', 'M', 'P', 'R', 'O', 'F', '1', '\0'};
-inline constexpr std::uint32_t kVersion = 12;  // 2: compensated samples, context-switch split; 3: nest_ticks;
+inline constexpr std::uint32_t kVersion = 13;  // 2: compensated samples, context-switch split; 3: nest_ticks;
                                                // 4: cold samples, per-window call estimate;
                                                // 5: daemon_cpu_ns; 6: refusals; 7: histograms
                                                // apart from the records; 8: records in lines,
                                                // walks/walked; 9: fixed_sum; 10: setup_cpu_ns,
                                                // setup_repaid_ticks; 11: extra_ticks;
                                                // 12: wakes, wake_cpu_ns, retract_wakes,
-                                               // retract_skips
+                                               // retract_skips; 13: frames_dropped
 // Latency histogram: 4 buckets per power of two ("log2-ish"), up to 2^kHistOctaves ticks.
 inline constexpr unsigned kHistSub = 4;
 inline constexpr unsigned kHistOctaves = 48;
