@@ -429,6 +429,19 @@ TEST(ProfileCompensation, DeepStacksDropTheOldestFrames) {
   const unsigned long dropped = j["overhead"]["frames_dropped"];
   EXPECT_EQ(dropped, 101u + 1u - 64u);
   EXPECT_EQ((*deep)["uncompensated_samples"].get<unsigned long>(), dropped);
+  EXPECT_FALSE(has_note(j, "timed raw")) << "38 of 1,101 samples raw: under the note's 5%";
+}
+
+// Many raw samples (here 58 of 621, the recursion's oldest frames) get a note: the means
+// include probe costs, which the table does not show. (Under the probes layer's 128
+// redirected returns per thread: deeper calls get no exit at all.)
+TEST(ProfileCompensation, ManyRawSamplesGetANote) {
+  const Outcome r = crossmod("nest-deeper", std::string("--quiet --policy full --trace '*inner*' -- ") +
+                                                PROF_NEST_PLAIN + " deep 120 500");
+  ASSERT_EQ(r.status, 0) << r.err;
+  const json j = report(r);
+  EXPECT_EQ(j["overhead"]["frames_dropped"].get<unsigned long>(), 121u + 1u - 64u);
+  EXPECT_TRUE(has_note(j, "58 of 621 samples (9.3%) were timed raw")) << j["notes"].dump();
 }
 
 // Context switches: napper() sleeps in every call, so each of its samples that the thread's

@@ -272,6 +272,21 @@ ProfileData read_segments(const std::string& raw_dir, const RunInfo& run) {
             ? std::min(100.0, 100.0 * static_cast<double>(d.setup_repaid_ticks) / run.tsc_hz /
                                   (static_cast<double>(d.setup_cpu_ns) / 1e9))
             : 0.0));
+  // Raw samples carry their callees' probe costs: a run where many are raw has inflated
+  // means, and the table does not show it (a stack of frames that filled up made ~95% of
+  // python3's budget samples raw, unnoticed, until 28 Nov).
+  {
+    std::uint64_t samples = 0, raw = 0;
+    for (const FunctionStats& s : d.functions) {
+      samples += s.samples;
+      raw += s.uncompensated;
+    }
+    if (samples > 0 && raw * 20 > samples)
+      d.notes.push_back(fmt::format(
+          "{} of {} samples ({:.1f}%) were timed raw, their callees' probe time included (uncompensated_samples; "
+          "{} frames dropped)",
+          raw, samples, 100.0 * static_cast<double>(raw) / static_cast<double>(samples), d.frames_dropped));
+  }
   if (!hdrs.empty() && d.probes == 0)
     d.notes.push_back(
         "no probe sites: build the program with -finstrument-functions or -fpatchable-function-entry=5, "
