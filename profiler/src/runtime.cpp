@@ -368,7 +368,8 @@ void extrapolate(FuncRecord& f, std::uint64_t now) noexcept {
 
 // True when this call switched f off (its probes are off now).
 bool switch_off(FuncRecord& f, FnState why) noexcept {
-  if (A(f.state).load(std::memory_order_relaxed) != static_cast<std::uint64_t>(FnState::on)) return false;
+  if (A(f.state).load(std::memory_order_relaxed) != static_cast<std::uint64_t>(FnState::on))
+    return false;
   if (!try_toggle_lock(f)) return false;
   std::uint64_t expected = static_cast<std::uint64_t>(FnState::on);
   if (!A(f.state).compare_exchange_strong(expected, static_cast<std::uint64_t>(why),
@@ -556,8 +557,10 @@ void on_entry(cp::ProbeId id, std::uint64_t tsc) noexcept {
   bool pushed = false;
   if (!entry_only) {
     if (t.frames != nullptr) {
-      push_frame(t, {tsc, A(t.rec->instr_ticks).load(std::memory_order_relaxed) - (t0 > tsc ? t0 - tsc : 0),
-                     switch_seq(t), t.nest, t.cold, t.hits});
+      push_frame(
+          t,
+          {tsc, A(t.rec->instr_ticks).load(std::memory_order_relaxed) - (t0 > tsc ? t0 - tsc : 0),
+           switch_seq(t), t.nest, t.cold, t.hits});
       pushed = true;
     }
     t.nest += g_nest[f.provider & 3];

@@ -18,10 +18,9 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
-
-#include <cstdio>
 
 #define NOIPA __attribute__((noipa))
 
@@ -69,7 +68,8 @@ int main(int argc, char** argv) {
     return 0;
   }
   if (argc > 3 && std::strcmp(argv[1], "deep") == 0) {
-    const unsigned d = static_cast<unsigned>(std::atoi(argv[2])), n = static_cast<unsigned>(std::atoi(argv[3]));
+    const unsigned d = static_cast<unsigned>(std::atoi(argv[2])),
+                   n = static_cast<unsigned>(std::atoi(argv[3]));
     g_sink = deep_inner(d, n);
     std::printf("deep_inner %u\ninner %u\n", d + 1, n);
     return 0;

@@ -393,15 +393,17 @@ TEST(ProfileCompensation, NestedHitsComeOff) {
 // their `paper` and `full` means. A 1 ms period whose budget inner spends every time gives
 // hundreds of budget switch-offs, about half at an entry hit.
 TEST(ProfileCompensation, BudgetSwitchOffsAtAnEntryLeaveNoFrameBehind) {
-  const Outcome r = crossmod("nest-budget-long",
-                             std::string("--quiet --policy budget --samples 1000000 --period 1ms --epoch 1ms "
-                                         "--trace '*inner*' -- ") +
-                                 PROF_NEST_PLAIN + " long 1000");
+  const Outcome r =
+      crossmod("nest-budget-long",
+               std::string("--quiet --policy budget --samples 1000000 --period 1ms --epoch 1ms "
+                           "--trace '*inner*' -- ") +
+                   PROF_NEST_PLAIN + " long 1000");
   ASSERT_EQ(r.status, 0) << r.err;
   const json j = report(r);
   const json* inner = function(j, "(anonymous namespace)::inner(unsigned long)");
   ASSERT_NE(inner, nullptr);
-  ASSERT_GE(j["overhead"]["budget_offs"].get<unsigned long>(), 100u) << "too few switch-offs to fill 64 frames";
+  ASSERT_GE(j["overhead"]["budget_offs"].get<unsigned long>(), 100u)
+      << "too few switch-offs to fill 64 frames";
   const unsigned long samples = (*inner)["samples"], raw = (*inner)["uncompensated_samples"];
   ASSERT_GE(samples, 1000u);
   // Before: 64-87% raw. Now none in most runs, but 46 and 80 in 2 of 12 (not explained:
@@ -414,8 +416,9 @@ TEST(ProfileCompensation, BudgetSwitchOffsAtAnEntryLeaveNoFrameBehind) {
 // (their calls are timed raw), the innermost calls keep theirs. Before, frames beyond the
 // 64th were not pushed, so the innermost calls, the most frequent, all went raw.
 TEST(ProfileCompensation, DeepStacksDropTheOldestFrames) {
-  const Outcome r = crossmod("nest-deep", std::string("--quiet --policy full --trace '*inner*' -- ") +
-                                              PROF_NEST_PLAIN + " deep 100 1000");
+  const Outcome r =
+      crossmod("nest-deep", std::string("--quiet --policy full --trace '*inner*' -- ") +
+                                PROF_NEST_PLAIN + " deep 100 1000");
   ASSERT_EQ(r.status, 0) << r.err;
   const json j = report(r);
   const json* inner = function(j, "(anonymous namespace)::inner(unsigned long)");
@@ -436,8 +439,9 @@ TEST(ProfileCompensation, DeepStacksDropTheOldestFrames) {
 // include probe costs, which the table does not show. (Under the probes layer's 128
 // redirected returns per thread: deeper calls get no exit at all.)
 TEST(ProfileCompensation, ManyRawSamplesGetANote) {
-  const Outcome r = crossmod("nest-deeper", std::string("--quiet --policy full --trace '*inner*' -- ") +
-                                                PROF_NEST_PLAIN + " deep 120 500");
+  const Outcome r =
+      crossmod("nest-deeper", std::string("--quiet --policy full --trace '*inner*' -- ") +
+                                  PROF_NEST_PLAIN + " deep 120 500");
   ASSERT_EQ(r.status, 0) << r.err;
   const json j = report(r);
   EXPECT_EQ(j["overhead"]["frames_dropped"].get<unsigned long>(), 121u + 1u - 64u);

@@ -282,10 +282,10 @@ ProfileData read_segments(const std::string& raw_dir, const RunInfo& run) {
       raw += s.uncompensated;
     }
     if (samples > 0 && raw * 20 > samples)
-      d.notes.push_back(fmt::format(
-          "{} of {} samples ({:.1f}%) were timed raw, their callees' probe time included (uncompensated_samples; "
-          "{} frames dropped)",
-          raw, samples, 100.0 * static_cast<double>(raw) / static_cast<double>(samples), d.frames_dropped));
+      d.notes.push_back(fmt::format("{} of {} samples ({:.1f}%) were timed raw, their callees' probe time "
+                                    "included (uncompensated_samples; {} frames dropped)",
+                                    raw, samples, 100.0 * static_cast<double>(raw) / static_cast<double>(samples),
+                                    d.frames_dropped));
   }
   if (!hdrs.empty() && d.probes == 0)
     d.notes.push_back(
