@@ -14,6 +14,9 @@
 // Instead: deep_inner() recurses D levels, and the deepest calls inner() N times (more
 // sampled calls in flight than the profiler's 64 frames); prints "deep_inner D+1" and
 // "inner N".
+//   prof_nest_cyg deep D N R
+// The same R times (for frames a switch-off leaves behind: each recursion's outer calls
+// return after deep_inner went off); prints "deep_inner R*(D+1)" and "inner R*N".
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -70,8 +73,9 @@ int main(int argc, char** argv) {
   if (argc > 3 && std::strcmp(argv[1], "deep") == 0) {
     const unsigned d = static_cast<unsigned>(std::atoi(argv[2])),
                    n = static_cast<unsigned>(std::atoi(argv[3]));
-    g_sink = deep_inner(d, n);
-    std::printf("deep_inner %u\ninner %u\n", d + 1, n);
+    const unsigned r = argc > 4 ? static_cast<unsigned>(std::atoi(argv[4])) : 1;
+    for (unsigned k = 0; k < r; ++k) g_sink = deep_inner(d, n);
+    std::printf("deep_inner %u\ninner %u\n", r * (d + 1), r * n);
     return 0;
   }
   unsigned long acc = 0;

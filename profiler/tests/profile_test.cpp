@@ -435,6 +435,24 @@ TEST(ProfileCompensation, DeepStacksDropTheOldestFrames) {
   EXPECT_FALSE(has_note(j, "timed raw")) << "38 of 1,101 samples raw: under the note's 5%";
 }
 
+// A recursion whose function goes off (its sample quota) while 50-odd of its calls are in
+// flight: their exits never come. Their frames used to stay until an older call's exit,
+// which never comes here (main is not traced): the recursions of later epochs piled
+// theirs on top and the ring dropped frames all run. Now an entry drops the newest frames
+// whose function is off or was switched on again since they began.
+TEST(ProfileCompensation, FramesOfCallsSwitchedOffInFlightGo) {
+  const Outcome r = crossmod("nest-deep-repeat", std::string("--quiet --policy paper --samples 5 --epoch 1ms "
+                                                             "--trace '*inner*' -- ") +
+                                                     PROF_NEST_PLAIN + " deep 60 10 200000");
+  ASSERT_EQ(r.status, 0) << r.err;
+  const json j = report(r);
+  const json* deep = function(j, "(anonymous namespace)::deep_inner(unsigned int, unsigned int)");
+  ASSERT_NE(deep, nullptr);
+  ASSERT_GE((*deep)["toggles"].get<unsigned long>(), 20u) << "too few switch-offs";
+  EXPECT_EQ(j["overhead"]["frames_dropped"].get<unsigned long>(), 0u);
+  EXPECT_EQ((*deep)["uncompensated_samples"].get<unsigned long>(), 0u);
+}
+
 // Many raw samples (here 58 of 621, the recursion's oldest frames) get a note: the means
 // include probe costs, which the table does not show. (Under the probes layer's 128
 // redirected returns per thread: deeper calls get no exit at all.)
