@@ -395,11 +395,11 @@ TEST(ProfileCompensation, NestedHitsComeOff) {
 // periods the daemon's own wakes, ~60 us of CPU each here, took the whole budget in 1 run
 // of 12: 2 switch-offs.)
 TEST(ProfileCompensation, BudgetSwitchOffsAtAnEntryLeaveNoFrameBehind) {
-  const Outcome r =
-      crossmod("nest-budget-long",
-               std::string("--quiet --policy budget --samples 1000000 --budget 20% --period 2ms --epoch 2ms "
-                           "--trace '*inner*' -- ") +
-                   PROF_NEST_PLAIN + " long 1000");
+  const Outcome r = crossmod(
+      "nest-budget-long",
+      std::string("--quiet --policy budget --samples 1000000 --budget 20% --period 2ms --epoch 2ms "
+                  "--trace '*inner*' -- ") +
+          PROF_NEST_PLAIN + " long 1000");
   ASSERT_EQ(r.status, 0) << r.err;
   const json j = report(r);
   const json* inner = function(j, "(anonymous namespace)::inner(unsigned long)");
@@ -408,8 +408,8 @@ TEST(ProfileCompensation, BudgetSwitchOffsAtAnEntryLeaveNoFrameBehind) {
       << "too few switch-offs to fill 64 frames";
   const unsigned long samples = (*inner)["samples"], raw = (*inner)["uncompensated_samples"];
   ASSERT_GE(samples, 1000u);
-  // Before: 263,404 of 355,107 raw, and 300,774 of 423,392. Now none in most runs, at most 117 of ~390,000 in
-  // 12 (not explained: no frame dropped, no toggle failure).
+  // Before: 263,404 of 355,107 raw, and 300,774 of 423,392. Now none in most runs, at most 117 of
+  // ~390,000 in 12 (not explained: no frame dropped, no toggle failure).
   EXPECT_LE(raw * 100, samples) << raw << " of " << samples << " samples uncompensated";
   EXPECT_EQ(j["overhead"]["frames_dropped"].get<unsigned long>(), 0u);
 }
