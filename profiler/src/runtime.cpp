@@ -212,11 +212,13 @@ __attribute__((tls_model("initial-exec"))) thread_local Tls t_tls{};
 // used to fill it, after which no call of the thread was compensated.
 inline Frame& top_frame(Tls& t) noexcept { return t.frames[(t.base + t.depth - 1) % kFrames]; }
 // The newest frames of calls that cannot give a sample any more: their function is off
-// now (its exit probe went off while the call ran: a switch-off by another thread, by the
-// budget, by converge), or it was switched on again since the call began (armed_tsc),
-// which makes the call's exit stale if it comes at all. Left, such frames sat under the
-// frames of later calls until an older call's exit: kvpipe_cyg's 8 threads dropped ~600
-// frames a run under paper. Reads lines 0 and 1 of the function's record, which its hits
+// now (its exit probe went off while the call ran: a budget switch-off at the call's own
+// entry hit, a switch-off by another thread, by converge), or it was switched on again
+// since the call began (armed_tsc), which makes the call's exit stale if it comes at all.
+// Left, such frames sat under the frames of later calls until an older call's exit: under
+// a long-lived caller (sqlite3VdbeExec, python3's eval loop) the budget's filled the stack
+// and every later sample went raw; kvpipe_cyg's 8 threads dropped ~600 frames a run under
+// paper. Reads lines 0 and 1 of the function's record, which its hits
 // read too.
 inline void drop_stale_frames(Tls& t) noexcept {
   while (t.depth > 0) {
@@ -383,16 +385,14 @@ void extrapolate(FuncRecord& f, std::uint64_t now) noexcept {
   A(f.est_until).store(now, std::memory_order_relaxed);
 }
 
-// True when this call switched f off (its probes are off now).
-bool switch_off(FuncRecord& f, FnState why) noexcept {
-  if (A(f.state).load(std::memory_order_relaxed) != static_cast<std::uint64_t>(FnState::on))
-    return false;
-  if (!try_toggle_lock(f)) return false;
+void switch_off(FuncRecord& f, FnState why) noexcept {
+  if (A(f.state).load(std::memory_order_relaxed) != static_cast<std::uint64_t>(FnState::on)) return;
+  if (!try_toggle_lock(f)) return;
   std::uint64_t expected = static_cast<std::uint64_t>(FnState::on);
   if (!A(f.state).compare_exchange_strong(expected, static_cast<std::uint64_t>(why),
                                           std::memory_order_acq_rel)) {
     toggle_unlock(f);
-    return false;
+    return;
   }
   const std::uint64_t t0 = rdtsc();
   const cp::ProbeId entry = A(f.entry_probe).load(std::memory_order_acquire);
@@ -412,7 +412,6 @@ bool switch_off(FuncRecord& f, FnState why) noexcept {
   if (why == FnState::off_budget) add(g_hdr->budget_offs, 1);
   toggle_unlock(f);
   attend(f);  // off: the daemon switches it back on (or, converged, lets it go)
-  return true;
 }
 
 void on_entry(cp::ProbeId id, std::uint64_t) noexcept;
@@ -463,9 +462,8 @@ bool switch_on(FuncRecord& f, FnState from) noexcept {
 // process-wide add (a cache line every thread writes) gets the thread's previous hits'
 // cost, and a switch-off (code writes, Tmax waits) is this hit's. After the reading there
 // is only the add to the thread's own record, which self_ticks covers: work there used to
-// land, unaccounted, in every sampled interval around the hit. True when the budget
-// switched f off here.
-inline bool finish(Tls& t, FuncRecord& f, std::uint64_t t0) noexcept {
+// land, unaccounted, in every sampled interval around the hit.
+inline void finish(Tls& t, FuncRecord& f, std::uint64_t t0) noexcept {
   const std::uint64_t period = g_period.load(std::memory_order_relaxed);
   if (t.period != period) {
     // What the thread spent over its cap is a debt: each period that has begun since pays
@@ -477,13 +475,12 @@ inline bool finish(Tls& t, FuncRecord& f, std::uint64_t t0) noexcept {
     g_period_threads.fetch_add(1, std::memory_order_relaxed);
   }
   const bool budget = g_cfg.policy == Policy::budget;
-  bool off = false;
   if (budget) {
     const std::uint64_t all = g_period_spent.fetch_add(t.pending, std::memory_order_relaxed) + t.pending;
     t.pending = 0;
     if (t.spent > g_thread_cap || all > g_process_cap.load(std::memory_order_relaxed)) {
       own_add(t, t.rec->budget_hits, 1);
-      off = switch_off(f, FnState::off_budget);
+      switch_off(f, FnState::off_budget);
     }
   }
   std::uint64_t spent = rdtsc() - t0;
@@ -503,7 +500,6 @@ inline bool finish(Tls& t, FuncRecord& f, std::uint64_t t0) noexcept {
     t.spent += cost + extra;
     t.pending += cost + extra;
   }
-  return off;
 }
 
 // A function can have several probes of one kind: -finstrument-functions instruments every
@@ -571,7 +567,6 @@ void on_entry(cp::ProbeId id, std::uint64_t tsc) noexcept {
   // hook's TSC and this function (t0 - tsc): measured, where a cold site costs thousands of
   // ticks that no calibrated constant holds. (The calibrated remainder absorbs the overlap
   // with the fixed cost charged for this hit.)
-  bool pushed = false;
   if (!entry_only) {
     if (t.frames != nullptr) {
       drop_stale_frames(t);
@@ -579,7 +574,6 @@ void on_entry(cp::ProbeId id, std::uint64_t tsc) noexcept {
           t,
           {tsc, A(t.rec->instr_ticks).load(std::memory_order_relaxed) - (t0 > tsc ? t0 - tsc : 0),
            switch_seq(t), t.nest, t.cold, t.hits, &f});
-      pushed = true;
     }
     t.nest += g_nest[f.provider & 3];
   }
@@ -590,11 +584,7 @@ void on_entry(cp::ProbeId id, std::uint64_t tsc) noexcept {
   if (entry_only && g_cfg.policy != Policy::full && &f != &g_calib_rec &&
       A(f.epoch_samples).fetch_add(1, std::memory_order_relaxed) + 1 >= g_cfg.samples)
     switch_off(f, FnState::off_sampled);
-  // A budget switch-off here took this call's exit probe off too: its exit will not come
-  // to take the frame, which would stay under the frames of later calls (only an older
-  // call's exit clears it). They piled up under a long-lived caller (sqlite3's
-  // sqlite3VdbeExec) and filled the stack: every later sample went uncompensated.
-  if (finish(t, f, t0) && pushed && t.depth > 0 && top_frame(t).tsc == tsc) --t.depth;
+  finish(t, f, t0);
 }
 
 void on_exit(cp::ProbeId id, std::uint64_t tsc) noexcept {
