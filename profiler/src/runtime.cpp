@@ -96,6 +96,38 @@ char* g_strings = nullptr;
 
 // Probe id -> function slot + 1 (0: not ours). Written at discovery, read on every hit.
 std::atomic<std::uint32_t> g_slot[cp::kMaxProbes];
+// A function can have several probes of one kind: -finstrument-functions instruments every
+// inlined copy of a function, and each copy's hook call is its own cyg site and probe
+// (kvpipe_cyg: 107 entry sites for 23 functions). FuncRecord::entry_probe / exit_probe
+// hold the newest; g_next_probe[id] is the probe of the same function and kind found before
+// id (+ 1; 0 ends the list). Linked under g_mutex (the next link before the head), walked by
+// the toggles under the function's toggle lock and by the daemon; never unlinked.
+std::atomic<std::uint32_t> g_next_probe[cp::kMaxProbes];
+
+template <class Fn>
+inline void for_each_probe(std::uint32_t& head, Fn&& fn) {
+  for (cp::ProbeId id = A(head).load(std::memory_order_acquire); id != cp::kNoProbe && id < cp::kMaxProbes;) {
+    fn(id);
+    const std::uint32_t next = g_next_probe[id].load(std::memory_order_acquire);
+    id = next == 0 ? cp::kNoProbe : next - 1;
+  }
+}
+inline std::uint32_t probe_count(std::uint32_t& head) noexcept {
+  std::uint32_t n = 0;
+  for_each_probe(head, [&](cp::ProbeId) { ++n; });
+  return n;
+}
+inline bool in_list(std::uint32_t& head, cp::ProbeId id) noexcept {
+  bool found = false;
+  for_each_probe(head, [&](cp::ProbeId p) { found = found || p == id; });
+  return found;
+}
+// Under g_mutex.
+inline void link_probe(std::uint32_t& head, cp::ProbeId id) noexcept {
+  const cp::ProbeId old = A(head).load(std::memory_order_relaxed);
+  g_next_probe[id].store(old == cp::kNoProbe ? 0 : old + 1, std::memory_order_release);
+  A(head).store(id, std::memory_order_release);
+}
 std::mutex g_mutex;  // discovery: slot allocation, string area, the map below
 std::unordered_map<std::uintptr_t, std::uint32_t>* g_by_function = nullptr;
 
@@ -395,17 +427,15 @@ void switch_off(FuncRecord& f, FnState why) noexcept {
     return;
   }
   const std::uint64_t t0 = rdtsc();
-  const cp::ProbeId entry = A(f.entry_probe).load(std::memory_order_acquire);
-  const cp::ProbeId exit = A(f.exit_probe).load(std::memory_order_acquire);
-  if (entry != cp::kNoProbe) check(cp::deactivate(entry));  // none yet: only its exit is known
-  if (exit != cp::kNoProbe) check(cp::deactivate(exit));
+  std::uint64_t n = 0;  // no entry probe yet: only its exit is known
+  for_each_probe(f.entry_probe, [&](cp::ProbeId id) { check(cp::deactivate(id)), ++n; });
+  for_each_probe(f.exit_probe, [&](cp::ProbeId id) { check(cp::deactivate(id)), ++n; });
   const std::uint64_t t1 = rdtsc();
   const std::uint64_t since = A(f.on_since).exchange(0, std::memory_order_relaxed);
   if (since != 0 && t1 > since) add(f.active_ticks, t1 - since);
   // The window closes at the decision (t0): the toggles' own cost is not the program's.
   close_window(f, t0, instr_sum(), why != FnState::off_converged);
   add(f.offs, 1);
-  const std::uint64_t n = (entry != cp::kNoProbe ? 1u : 0u) + (exit != cp::kNoProbe ? 1u : 0u);
   add(f.toggles, n);
   add(g_hdr->toggles, n);
   add(g_hdr->toggle_ticks, t1 - t0);
@@ -431,10 +461,9 @@ bool switch_on(FuncRecord& f, FnState from) noexcept {
   const std::uint64_t t0 = rdtsc();
   A(f.entry_warm).store(0, std::memory_order_relaxed);
   A(f.exit_warm).store(0, std::memory_order_relaxed);
-  const cp::ProbeId entry = A(f.entry_probe).load(std::memory_order_acquire);
-  const cp::ProbeId exit = A(f.exit_probe).load(std::memory_order_acquire);
-  if (exit != cp::kNoProbe) check(cp::activate(exit, on_exit));
-  if (entry != cp::kNoProbe) check(cp::activate(entry, on_entry));
+  std::uint64_t n = 0;
+  for_each_probe(f.exit_probe, [&](cp::ProbeId id) { check(cp::activate(id, on_exit)), ++n; });
+  for_each_probe(f.entry_probe, [&](cp::ProbeId id) { check(cp::activate(id, on_entry)), ++n; });
   const std::uint64_t t1 = rdtsc();
   // Armed once the entry probe is on: the exit probe goes on first, and the layer
   // redirects the return of every call that starts in between (a tracepoint's also while
@@ -448,7 +477,6 @@ bool switch_on(FuncRecord& f, FnState from) noexcept {
   // the threads, beside the activation's own waits), not at the walk's start.
   extrapolate(f, t1);
   open_window(f, t1, instr_sum());
-  const std::uint64_t n = (entry != cp::kNoProbe ? 1u : 0u) + (exit != cp::kNoProbe ? 1u : 0u);
   add(f.toggles, n);
   add(g_hdr->toggles, n);
   add(g_hdr->toggle_ticks, t1 - t0);
@@ -502,16 +530,13 @@ inline void finish(Tls& t, FuncRecord& f, std::uint64_t t0) noexcept {
   }
 }
 
-// A function can have several probes of one kind: -finstrument-functions instruments every
-// inlined copy, and each copy's hook call is its own cyg site and probe (kvpipe_cyg: 107
-// entry sites for 23 functions). FuncRecord keeps one id per kind (the last found), so the
-// toggles miss the others: they stayed on for good, and `budget` spent 15-17% at a 1%
-// budget on kvpipe_cyg (profiler/scripts/budget_overspend.py). A hit on such a probe while
-// its function is off switches that probe off (once; never on again: those copies' calls
-// go unseen after the function's first switch-off, calls_observed <= true still holds).
+// A hit while the function is off: stale code (a thread past the site when it went off)
+// when the probe is one of the function's, which every toggle switches; else a probe the
+// toggles do not know (none since the lists above), switched off here. Walks the list only
+// for hits while off.
 inline bool stray(FuncRecord& f, cp::ProbeId id, bool entry) noexcept {
   if (A(f.state).load(std::memory_order_relaxed) == static_cast<std::uint64_t>(FnState::on)) return false;
-  if (A(entry ? f.entry_probe : f.exit_probe).load(std::memory_order_relaxed) == id) return false;  // stale code
+  if (in_list(entry ? f.entry_probe : f.exit_probe, id)) return false;
   (void)cp::deactivate(id);
   add(g_hdr->toggles, 1);
   return true;
@@ -713,7 +738,10 @@ void resolve_pending_exits() {
       continue;
     }
     while (!try_toggle_lock(f)) sched_yield();
-    A(f.exit_probe).store(id, std::memory_order_release);
+    {
+      std::lock_guard<std::mutex> lock(g_mutex);
+      link_probe(f.exit_probe, id);
+    }
     g_slot[id].store(slot + 1, std::memory_order_release);
     if (A(f.state).load(std::memory_order_acquire) == static_cast<std::uint64_t>(FnState::on)) {
       const std::uint64_t t0 = rdtsc();
@@ -807,7 +835,7 @@ void on_found_impl(const cp::ProbeInfo& p) {
       g_pending_exits->emplace_back(slot, p.id);
       return;
     }
-    A(p.kind == cp::Kind::entry ? f.entry_probe : f.exit_probe).store(p.id, std::memory_order_release);
+    link_probe(p.kind == cp::Kind::entry ? f.entry_probe : f.exit_probe, p.id);
   }
   FuncRecord& f = g_funcs[slot];
   g_slot[p.id].store(slot + 1, std::memory_order_release);
@@ -879,7 +907,7 @@ void activate_pending_tracepoints() {
   for (const bool exits : {true, false}) {
     for (const auto& [slot, id] : todo) {
       FuncRecord& f = g_funcs[slot];
-      const bool is_exit = A(f.exit_probe).load(std::memory_order_relaxed) == id;
+      const bool is_exit = in_list(f.exit_probe, id);
       if (is_exit != exits) continue;
       while (!try_toggle_lock(f)) sched_yield();
       if (A(f.state).load(std::memory_order_acquire) == static_cast<std::uint64_t>(FnState::on)) {
@@ -1190,9 +1218,9 @@ bool is_tracepoint(const FuncRecord& f) noexcept {
 }
 
 // The function's entry and exit probes (those it has) onto ids.
-void push_probe_ids(const FuncRecord& f, std::vector<cp::ProbeId>& ids) {
-  for (const cp::ProbeId id : {A(f.entry_probe).load(std::memory_order_acquire), A(f.exit_probe).load(std::memory_order_acquire)})
-    if (id != cp::kNoProbe) ids.push_back(id);
+void push_probe_ids(FuncRecord& f, std::vector<cp::ProbeId>& ids) {
+  for_each_probe(f.entry_probe, [&](cp::ProbeId id) { ids.push_back(id); });
+  for_each_probe(f.exit_probe, [&](cp::ProbeId id) { ids.push_back(id); });
 }
 
 // Charges a batch's time like the daemon's switch-ons (toggles; budget: instrumentation).
@@ -1241,7 +1269,7 @@ void reinstall_pass(std::vector<Retract>& rs, std::vector<cp::ProbeId>& ids, boo
   for (std::uint64_t i = 0; i < nf; ++i) {
     Retract& r = rs[i];
     if (!r.retracted) continue;
-    const FuncRecord& f = g_funcs[i];
+    FuncRecord& f = g_funcs[i];
     const std::uint64_t st = A(f.state).load(std::memory_order_acquire);
     const bool due = (epoch && st == static_cast<std::uint64_t>(FnState::off_sampled)) ||
                      (period && st == static_cast<std::uint64_t>(FnState::off_budget));
@@ -1353,7 +1381,7 @@ void* daemon_main(void*) {
   // With the marks (g_attn) the walk skips functions: the probes on (the timeline's
   // active_probes) are kept as a sum of per-function counts, updated when one is walked.
   std::uint64_t active = 0, seen_nf = 0;
-  std::vector<std::uint8_t> on_probes;
+  std::vector<std::uint32_t> on_probes;
   if (g_attn != nullptr) {
     try {
       on_probes.resize(g_cfg.max_funcs);
@@ -1601,7 +1629,7 @@ void* daemon_main(void*) {
       }
       const std::uint64_t st = A(f.state).load(std::memory_order_relaxed);
       if (st == static_cast<std::uint64_t>(FnState::on)) {
-        const std::uint8_t n = A(f.exit_probe).load(std::memory_order_relaxed) != cp::kNoProbe ? 2 : 1;
+        const std::uint32_t n = probe_count(f.entry_probe) + probe_count(f.exit_probe);
         active += n;
         if (marks) on_probes[i] = n;
       }

@@ -280,6 +280,25 @@ TEST(ProfileInlinedCopies, AllCopiesSwitchOff) {
   EXPECT_LT((*hot)["samples"].get<unsigned long>(), t.at("hot") / 200) << "a copy's probe stayed on";
 }
 
+// Every copy's probes switch on again, not only the last found: caller_b's copy is found
+// last, then caller_a runs alone. When the runtime kept one probe per function and kind,
+// caller_a's copy went off at its function's first switch-off and stayed off (a few dozen
+// samples of 100 M calls), and on kvpipe_cyg an entry copy whose exit copy was not the kept
+// one left its frames behind (47 dropped under paper). ~0.25 s at 2 ms epochs: ~100 epochs
+// of 10 samples; 300 is a third of the first 100 epochs.
+TEST(ProfileInlinedCopies, EveryCopySwitchesOnAgain) {
+  const Outcome r = crossmod("inline-late", std::string("--quiet --policy paper --epoch 2ms -- ") + PROF_INLINE_CYG +
+                                                " 100000000 late-a");
+  ASSERT_EQ(r.status, 0) << r.err;
+  const auto t = truth(r.out);
+  const json j = report(r);
+  const json* hot = function(j, "(anonymous namespace)::hot(unsigned int)");
+  ASSERT_NE(hot, nullptr);
+  EXPECT_LE((*hot)["calls_observed"].get<unsigned long>(), t.at("hot"));
+  EXPECT_GE((*hot)["samples"].get<unsigned long>(), 300u) << "caller_a's copy stayed off";
+  EXPECT_EQ(j["overhead"]["frames_dropped"].get<unsigned long>(), 0u);
+}
+
 // A function that inlines an instrumented one: the inlined copy's entry hook runs from the
 // caller's own frame, and the cyg shadow stack used to drop the caller's frame there, so
 // every exit of caller_a / caller_b came without an entry TSC (no latency at all).
