@@ -106,7 +106,8 @@ std::atomic<std::uint32_t> g_next_probe[cp::kMaxProbes];
 
 template <class Fn>
 inline void for_each_probe(std::uint32_t& head, Fn&& fn) {
-  for (cp::ProbeId id = A(head).load(std::memory_order_acquire); id != cp::kNoProbe && id < cp::kMaxProbes;) {
+  for (cp::ProbeId id = A(head).load(std::memory_order_acquire);
+       id != cp::kNoProbe && id < cp::kMaxProbes;) {
     fn(id);
     const std::uint32_t next = g_next_probe[id].load(std::memory_order_acquire);
     id = next == 0 ? cp::kNoProbe : next - 1;

@@ -287,8 +287,8 @@ TEST(ProfileInlinedCopies, AllCopiesSwitchOff) {
 // one left its frames behind (47 dropped under paper). ~0.25 s at 2 ms epochs: ~100 epochs
 // of 10 samples; 300 is a third of the first 100 epochs.
 TEST(ProfileInlinedCopies, EveryCopySwitchesOnAgain) {
-  const Outcome r = crossmod("inline-late", std::string("--quiet --policy paper --epoch 2ms -- ") + PROF_INLINE_CYG +
-                                                " 100000000 late-a");
+  const Outcome r = crossmod("inline-late", std::string("--quiet --policy paper --epoch 2ms -- ") +
+                                                PROF_INLINE_CYG + " 100000000 late-a");
   ASSERT_EQ(r.status, 0) << r.err;
   const auto t = truth(r.out);
   const json j = report(r);
