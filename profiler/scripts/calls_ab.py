@@ -5,7 +5,8 @@
 
 WORKLOAD, as scripts/profile_eval.py defines it: sqlite3 (Debian's sqlite3 on
 sqlite3_workload.sql at 400,000 rows with --trace 'sqlite3_*'), python3 (python_cpu.py 20
-with --trace 'Py*'), latency_lab_cyg or latency_lab_pfe (8 threads x 3,000 iterations).
+with --trace 'Py*'), latency_lab_cyg or latency_lab_pfe (8 threads x 3,000 iterations),
+kvpipe_cyg or kvpipe_pfe (8 threads x 10,000 operations).
 Each round runs the program once under
 `--policy full` of BUILD_B (every call counted: the truth of that round; the workloads are
 deterministic in their calls) and then under paper and budget of A and of B, the order of
@@ -27,7 +28,8 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "scripts"))
 import profile_eval  # noqa: E402  (the evaluation's workload definitions)
 
-NAMES = {"sqlite3": "sqlite3", "python3": "python3", "latency_lab_cyg": "lab-cyg", "latency_lab_pfe": "lab-pfe"}
+NAMES = {"sqlite3": "sqlite3", "python3": "python3", "latency_lab_cyg": "lab-cyg", "latency_lab_pfe": "lab-pfe",
+         "kvpipe_cyg": "kvpipe-cyg", "kvpipe_pfe": "kvpipe-pfe"}
 
 
 def workload(build, name, tmp):
