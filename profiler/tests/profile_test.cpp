@@ -282,7 +282,7 @@ TEST(ProfileInlinedCopies, AllCopiesSwitchOff) {
 
 // Every copy's probes switch on again, not only the last found: caller_b's copy is found
 // last, then caller_a runs alone. When the runtime kept one probe per function and kind,
-// caller_a's copy went off at its function's first switch-off and stayed off (a few dozen
+// caller_a's copy went off at its function's first switch-off and stayed off (10
 // samples of 100 M calls), and on kvpipe_cyg an entry copy whose exit copy was not the kept
 // one left its frames behind (47 dropped under paper). ~0.25 s at 2 ms epochs: ~100 epochs
 // of 10 samples; 300 is a third of the first 100 epochs.
@@ -474,9 +474,6 @@ TEST(ProfileCompensation, FramesOfCallsSwitchedOffInFlightGo) {
   EXPECT_EQ((*deep)["uncompensated_samples"].get<unsigned long>(), 0u);
 }
 
-// Many raw samples (here 58 of 621, the recursion's oldest frames) get a note: the means
-// include probe costs, which the table does not show. (Under the probes layer's 128
-// redirected returns per thread: deeper calls get no exit at all.)
 // A call that starts while its function is being switched off (entry probes off, exit
 // probes not yet) is timed by the layer but not counted: its exit is no sample. The
 // switching thread, preempted there, made such windows milliseconds long (latency_lab's
@@ -501,6 +498,9 @@ TEST(ProfileCompensation, ExitsOfUnseenCallsWhileSwitchingOffAreNoSamples) {
   }
 }
 
+// Many raw samples (here 58 of 621, the recursion's oldest frames) get a note: the means
+// include probe costs, which the table does not show. (Under the probes layer's 128
+// redirected returns per thread: deeper calls get no exit at all.)
 TEST(ProfileCompensation, ManyRawSamplesGetANote) {
   const Outcome r =
       crossmod("nest-deeper", std::string("--quiet --policy full --trace '*inner*' -- ") +
