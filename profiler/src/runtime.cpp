@@ -1341,8 +1341,8 @@ timespec plus_ns(timespec t, std::uint64_t ns) noexcept {
   return t;
 }
 
-// The daemon's sleeps (its only caller): what lies between two of them is its busy time.
-void sleep_until(const timespec& t) noexcept {
+// The daemon's sleeps: what lies between two of them is its busy time (daemon_busy_*).
+void daemon_sleep_until(const timespec& t) noexcept {
   daemon_busy_end();
   while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &t, nullptr) == EINTR) {
   }
@@ -1486,7 +1486,7 @@ void* daemon_main(void*) {
       jitter ^= jitter << 17;
     }
     const timespec wake = no_jitter ? next : plus_ns(next, jitter % tick_ns);
-    sleep_until(wake);
+    daemon_sleep_until(wake);
     note_wake(daemon_cpu_last);
     if (g_stopping.load(std::memory_order_relaxed)) break;
     attach_switch_pages();
@@ -1737,7 +1737,7 @@ void* daemon_main(void*) {
                         spare * kDetourCeilingTicks > wake_ticks_est + 2 * pass_ticks_est;
       if (pays) {
         const std::uint64_t c0 = clock_ns(CLOCK_THREAD_CPUTIME_ID);
-        sleep_until(plus_ns(wake, tick_ns / 32));
+        daemon_sleep_until(plus_ns(wake, tick_ns / 32));
         note_wake(c0);
         add(g_hdr->retract_wakes, 1);
         if (g_stopping.load(std::memory_order_relaxed)) break;
