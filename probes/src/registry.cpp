@@ -4,6 +4,7 @@
 // invocation path reads `fn`/`active` atomics and the lock-free site maps. Allocates on
 // the registration and batch paths only.
 #include <fnmatch.h>
+#include <pthread.h>
 #include <sched.h>
 #include <unistd.h>
 
@@ -226,6 +227,37 @@ Probe& code_owner(Probe& p) noexcept {
 }
 
 namespace {
+// fork: the child has only the forking thread, and a copy of every toggle lock as it was.
+// A lock another thread held at that moment stayed held in the child for good, and the
+// child's first toggle of that probe spun forever (ApiFork.ChildTogglesAProbeAnother-
+// ThreadWasToggling: the first child hung, in both runs before this). So a fork waits
+// until no thread holds a toggle lock, and no thread takes its first one until the fork
+// is done (pthread_atfork, registered below): a thread counts once in g_lock_holders from
+// its first lock to its last release, so a batch that holds some locks takes the rest
+// without waiting (no deadlock with the fork).
+std::atomic<bool> g_forking{false};
+std::atomic<std::uint32_t> g_lock_holders{0};
+thread_local unsigned t_locks_held __attribute__((tls_model("initial-exec"))) = 0;
+
+void fork_prepare() noexcept {
+  g_forking.store(true, std::memory_order_seq_cst);
+  // A fork from inside a toggle: this thread's own count is not waited for.
+  const std::uint32_t own = t_locks_held > 0 ? 1 : 0;
+  unsigned spins = 0;
+  while (g_lock_holders.load(std::memory_order_seq_cst) > own) {
+    if (++spins % 64 == 0) sched_yield();
+    x86::pause();
+  }
+}
+void fork_parent() noexcept { g_forking.store(false, std::memory_order_seq_cst); }
+void fork_child() noexcept {
+  g_lock_holders.store(t_locks_held > 0 ? 1 : 0, std::memory_order_relaxed);
+  g_forking.store(false, std::memory_order_seq_cst);
+}
+__attribute__((constructor)) void register_fork_handlers() {
+  (void)pthread_atfork(fork_prepare, fork_parent, fork_child);
+}
+
 // The toggle lock: a spinlock held only by togglers (never by executing threads). Yields
 // so that a preempted holder on a busy machine gets to run.
 class ProbeLock {
@@ -236,12 +268,28 @@ class ProbeLock {
   ProbeLock& operator=(const ProbeLock&) = delete;
   static void acquire(Probe& p) noexcept {
     unsigned spins = 0;
+    if (t_locks_held == 0) {
+      // Counted first, then the flag read (both seq_cst, as fork_prepare's store and
+      // load): either the fork sees this thread counted, or this thread sees the fork.
+      while (g_lock_holders.fetch_add(1, std::memory_order_seq_cst),
+             g_forking.load(std::memory_order_seq_cst)) {
+        g_lock_holders.fetch_sub(1, std::memory_order_seq_cst);
+        while (g_forking.load(std::memory_order_relaxed)) {
+          if (++spins % 64 == 0) sched_yield();
+          x86::pause();
+        }
+      }
+    }
+    ++t_locks_held;
     while (p.lock.exchange(true, std::memory_order_acquire)) {
       if (++spins % 64 == 0) sched_yield();
       x86::pause();
     }
   }
-  static void release(Probe& p) noexcept { p.lock.store(false, std::memory_order_release); }
+  static void release(Probe& p) noexcept {
+    p.lock.store(false, std::memory_order_release);
+    if (--t_locks_held == 0) g_lock_holders.fetch_sub(1, std::memory_order_seq_cst);
+  }
 
  private:
   Probe* p_;

@@ -1,8 +1,13 @@
 // The probe API on manual sites (engine code blocks) at every cache-line split: states,
 // strategies, batches, metadata, discovery, and bad input returning a status.
 #include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
+#include <atomic>
 #include <cstring>
+#include <thread>
 #include <vector>
 
 #include "crossmod/probes.h"
@@ -175,6 +180,49 @@ TEST(Api, DiscoveryReplaysKnownProbesOnce) {
   ASSERT_EQ(local.size(), cp::count());
   EXPECT_EQ(local.back(), r2.id);
   ASSERT_EQ(cp::on_discovery(nullptr, nullptr), cp::Status::ok);
+}
+
+// fork while another thread toggles: the child's copy of a toggle lock held at that moment
+// stayed held, and the child's first toggle of that probe spun forever (before the layer's
+// fork handler the first child hung, in two runs of two: the toggler holds the lock most
+// of the time). The handler waits for toggles in flight and holds new ones back until the
+// fork is done. Each child toggles the probe once and exits; one still alive after 10 s
+// fails the test (and ends it: no waiting for the next).
+TEST(ApiFork, ChildTogglesAProbeAnotherThreadWasToggling) {
+  ASSERT_EQ(cp::set_wait_ticks(probetest::kTestWaitTicks), cp::Status::ok);
+  Registered r;
+  make(1, "api_fork", &r);  // straddling: every toggle waits, so the lock is held long
+  std::atomic<bool> stop{false};
+  std::thread toggler([&] {
+    while (!stop.load(std::memory_order_relaxed)) {
+      (void)cp::activate(r.id, probetest::count_a);
+      (void)cp::deactivate(r.id);
+    }
+  });
+  int hung = 0, failed = 0, forks = 0;
+  for (int k = 0; k < 200 && hung == 0; ++k, ++forks) {
+    const pid_t pid = fork();
+    if (pid == 0) {
+      const bool ok = cp::activate(r.id, probetest::count_a) == cp::Status::ok &&
+                      cp::deactivate(r.id) == cp::Status::ok;
+      _exit(ok ? 0 : 1);
+    }
+    ASSERT_GT(pid, 0);
+    int st = 0;
+    pid_t got = 0;
+    for (int w = 0; w < 10000 && (got = waitpid(pid, &st, WNOHANG)) == 0; ++w) usleep(1000);
+    if (got == 0) {
+      ++hung;
+      kill(pid, SIGKILL);
+      waitpid(pid, &st, 0);
+    } else if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
+      ++failed;
+    }
+  }
+  stop.store(true);
+  toggler.join();
+  EXPECT_EQ(hung, 0) << "child of fork " << forks << " of 200";
+  EXPECT_EQ(failed, 0);
 }
 
 TEST(ApiBadInput, UnknownIdIsAStatus) {
