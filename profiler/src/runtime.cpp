@@ -327,6 +327,9 @@ void forking_parent() noexcept {
   g_forking.store(false, std::memory_order_relaxed);
 }
 void forget_switch_pages_in_child() noexcept {
+  // Counted in the parent's segment, which the child still maps here (a lock-free add:
+  // async-signal-safe, as the _Fork and clone paths need): the report's exit.forks.
+  if (g_hdr != nullptr) add(g_hdr->forks, 1);
   t_tls.shared_rec = true;
   t_tls.seq_page = nullptr;
   if (g_seq_pages != nullptr)
@@ -1146,9 +1149,11 @@ bool env_set(const char* name) noexcept;
 // table stays as it was. The first failure other than "that thread is gone" ends the
 // attempt for the run (kFlagSwitchDetect stays clear, switch_errno says why);
 // CROSSMOD_PROFILE_NO_SWITCHES skips it (kFlagSwitchOff).
+std::uint64_t g_switch_next = 0;  // attach_switch_pages: the next thread record to give a page
+bool g_switch_failed = false;
 void attach_switch_pages() noexcept {
-  static std::uint64_t next = 0;
-  static bool failed = false;
+  std::uint64_t& next = g_switch_next;
+  bool& failed = g_switch_failed;
   if (failed || g_seq_pages == nullptr) return;
   if (next == 0 && env_set("CROSSMOD_PROFILE_NO_SWITCHES")) {
     A(g_hdr->flags).fetch_or(kFlagSwitchOff, std::memory_order_relaxed);
@@ -1488,6 +1493,7 @@ void* daemon_main(void*) {
     const timespec wake = no_jitter ? next : plus_ns(next, jitter % tick_ns);
     daemon_sleep_until(wake);
     note_wake(daemon_cpu_last);
+    A(g_hdr->alive_tsc).store(rdtsc(), std::memory_order_relaxed);
     if (g_stopping.load(std::memory_order_relaxed)) break;
     attach_switch_pages();
     // Woken late by more than a tick (a loaded machine): drop the missed ticks instead of
@@ -1831,25 +1837,45 @@ bool read_config() {
   return true;
 }
 
-// A new segment file per process image: segment-0.bin, then -1 after an execve, ...
-bool open_segment() {
-  const Layout l = layout(g_cfg.max_funcs, g_cfg.max_threads, g_cfg.timeline_cap, g_cfg.string_bytes);
+// The next free segment-N.bin in CROSSMOD_PROFILE_DIR, created and sized: its fd (-1 and
+// a line on stderr, ending with `otherwise`, when it cannot be made) and N.
+int create_segment_file(std::size_t total, unsigned* seg_out, const char* otherwise) noexcept {
   int fd = -1;
   unsigned seg = 0;
+  char path[4096];
   for (; seg < 10000; ++seg) {
-    const std::string path = std::string(g_cfg.dir) + "/segment-" + std::to_string(seg) + ".bin";
-    fd = open(path.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    if (std::snprintf(path, sizeof path, "%s/segment-%u.bin", g_cfg.dir, seg) >=
+        static_cast<int>(sizeof path))
+      break;
+    fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
     if (fd >= 0 || errno != EEXIST) break;
   }
   if (fd < 0) {
-    warn("cannot create a segment file in CROSSMOD_PROFILE_DIR; not profiling");
-    return false;
+    char line[200];
+    std::snprintf(line, sizeof line, "cannot create a segment file in CROSSMOD_PROFILE_DIR; %s",
+                  otherwise);
+    warn(line);
+    return -1;
   }
-  if (ftruncate(fd, static_cast<off_t>(l.total)) != 0) {
+  if (ftruncate(fd, static_cast<off_t>(total)) != 0) {
     close(fd);
-    warn("cannot size the segment file; not profiling");
-    return false;
+    unlink(path);
+    char line[200];
+    std::snprintf(line, sizeof line, "cannot size the segment file; %s", otherwise);
+    warn(line);
+    return -1;
   }
+  *seg_out = seg;
+  return fd;
+}
+
+// A new segment file per process image: segment-0.bin, then -1 after an execve, ...
+bool open_segment() {
+  const Layout l =
+      layout(g_cfg.max_funcs, g_cfg.max_threads, g_cfg.timeline_cap, g_cfg.string_bytes);
+  unsigned seg = 0;
+  const int fd = create_segment_file(l.total, &seg, "not profiling");
+  if (fd < 0) return false;
   void* p = mmap(nullptr, l.total, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   close(fd);
   if (p == MAP_FAILED) {
@@ -2000,6 +2026,171 @@ void end_startup() noexcept {
   g_program_tsc = now;
 }
 
+void start_daemon() noexcept {
+  if (g_cfg.policy == Policy::none) return;
+  pthread_t th;
+  pthread_attr_t attr;
+  pthread_attr_init(&attr);
+  pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+  if (pthread_create(&th, &attr, daemon_main, nullptr) == 0) {
+    A(g_hdr->flags).fetch_or(kFlagDaemon, std::memory_order_relaxed);
+    pthread_setname_np(th, "crossmod-prof");
+  } else {
+    warn("cannot start the daemon thread; probes that switch off stay off");
+  }
+  pthread_attr_destroy(&attr);
+}
+
+// The child of glibc's fork (its atfork child handler, after forget_switch_pages_in_child):
+// a segment of its own and a daemon of its own. Sharing the parent's segment, the child's
+// functions that switched off stayed off (no daemon: a multiprocessing pool's workers gave
+// a sample or ten per function), its switch-offs changed the state the parent's probes
+// read, and its calls were the parent's. The new segment is a copy of what describes the
+// functions (names, probes, provider, state: the child's code is the parent's as it was
+// at the fork) with every count at zero, mapped over the parent's in the child's address
+// space, so every pointer into the records stays valid. The child has one thread (this
+// one): it registers again at its next hit. Calls it had in flight lose their frames (no
+// sample). On any failure the child keeps sharing the parent's segment, as before.
+// glibc resets malloc and its thread-stack locks in the child before the handlers run,
+// and the probes layer's fork handler made sure no toggle lock was held; not for _Fork or
+// clone children, which must stay async-signal-safe.
+void own_segment_in_child() noexcept {
+  if (g_hdr == nullptr || env_set("CROSSMOD_PROFILE_FORK_SHARED")) return;
+  const std::uint64_t cpu0 = clock_ns(CLOCK_THREAD_CPUTIME_ID);
+  const Layout l =
+      layout(g_cfg.max_funcs, g_cfg.max_threads, g_cfg.timeline_cap, g_cfg.string_bytes);
+  unsigned seg = 0;
+  const int fd = create_segment_file(l.total, &seg, "this forked child adds into its parent's");
+  if (fd < 0) return;
+  // Written with pwrite (the rest of the file is a hole, zeros): a mapping of the new file
+  // touched here would fault in and zero what it touches twice, in this process and after
+  // the remap.
+  const auto put = [fd](const void* data, std::size_t n, std::size_t at) noexcept {
+    const auto* b = static_cast<const char*>(data);
+    while (n > 0) {
+      const ssize_t w = pwrite(fd, b, n, static_cast<off_t>(at));
+      if (w <= 0) return false;
+      b += w;
+      at += static_cast<std::size_t>(w);
+      n -= static_cast<std::size_t>(w);
+    }
+    return true;
+  };
+  const Header& old = *g_hdr;
+  Header h{};
+  const std::uint64_t now = rdtsc();
+  h.version = old.version;
+  h.header_bytes = old.header_bytes;
+  h.max_funcs = old.max_funcs;
+  h.max_threads = old.max_threads;
+  h.timeline_cap = old.timeline_cap;
+  h.string_bytes = old.string_bytes;
+  h.total_bytes = old.total_bytes;
+  h.pid = static_cast<std::uint64_t>(getpid());
+  h.segment = seg;
+  h.policy = old.policy;
+  h.samples = old.samples;
+  h.budget = old.budget;
+  h.epoch_ns = old.epoch_ns;
+  h.period_ns = old.period_ns;
+  h.ci = old.ci;
+  h.calib_ticks = old.calib_ticks;
+  std::memcpy(h.self_ticks, old.self_ticks, sizeof h.self_ticks);
+  std::memcpy(h.nest_ticks, old.nest_ticks, sizeof h.nest_ticks);
+  h.start_tsc = now;
+  const std::uint64_t nf =
+      std::min<std::uint64_t>(A(old.nfuncs).load(std::memory_order_acquire), old.max_funcs);
+  h.nfuncs = nf;
+  h.string_used = std::min<std::uint64_t>(old.string_used, old.string_bytes);
+  h.flags = (old.flags & ~kFlagDaemon) | kFlagForkChild;
+  h.switch_errno = old.switch_errno;
+  std::memcpy(h.note, old.note, sizeof h.note);
+  std::memcpy(h.refusals, old.refusals, sizeof h.refusals);
+  std::memcpy(h.magic, kMagic, sizeof kMagic);
+  bool ok = put(g_strings, h.string_used, l.strings);
+  FuncRecord batch[16];
+  for (std::uint64_t i = 0; ok && i < nf; i += 16) {
+    const std::uint64_t n = std::min<std::uint64_t>(16, nf - i);
+    for (std::uint64_t k = 0; k < n; ++k) {
+      FuncRecord& o = g_funcs[i + k];  // the parent's, still mapped here (for_each_probe)
+      FuncRecord& f = batch[k];
+      f = FuncRecord{};
+      f.provider = o.provider;
+      f.entry_probe = o.entry_probe;
+      f.exit_probe = o.exit_probe;
+      f.flags = o.flags;
+      f.state = o.state;
+      f.function = o.function;
+      f.name_off = o.name_off;
+      f.object_off = o.object_off;
+      // A switch the parent had half done stays half done here: the probes layer let no
+      // toggle be in flight at the fork, but a switch is several (the daemon's switch-on
+      // had set the state and waited at the layer's fork gate for its first activation:
+      // with --epoch 1ms most forks of prof_mt found leaf_a on with its probes off, and the
+      // child never sampled it). The probes' own state decides: a function on with a probe
+      // off is off_sampled (the daemon switches it on whole at its first epoch), one off
+      // with a probe on has them switched off here.
+      bool all_on = true, any_on = false;
+      const auto look = [&](cp::ProbeId id) {
+        cp::ProbeInfo pi{};
+        const bool on = cp::info(id, &pi) == cp::Status::ok && pi.active;
+        all_on = all_on && on;
+        any_on = any_on || on;
+      };
+      for_each_probe(o.entry_probe, look);
+      for_each_probe(o.exit_probe, look);
+      if (f.state == static_cast<std::uint64_t>(FnState::on) && !all_on &&
+          g_cfg.policy != Policy::full)
+        f.state = static_cast<std::uint64_t>(FnState::off_sampled);
+      if (f.state != static_cast<std::uint64_t>(FnState::on) && any_on) {
+        for_each_probe(o.entry_probe, [](cp::ProbeId id) { (void)cp::deactivate(id); });
+        for_each_probe(o.exit_probe, [](cp::ProbeId id) { (void)cp::deactivate(id); });
+      }
+      // On at the fork: its window opens now (the child's calls from here are counted in it).
+      if (f.state == static_cast<std::uint64_t>(FnState::on) && o.win_start != 0) {
+        f.win_start = now;
+        f.armed_tsc = now;
+        f.on_since = now;
+      }
+    }
+    ok = put(batch, n * sizeof(FuncRecord), l.funcs + i * sizeof(FuncRecord));
+  }
+  ok = ok && put(&h, sizeof h, 0);  // the header (its magic) last
+  // The parent's mapping is replaced in place: same address, the child's file.
+  void* at =
+      ok ? mmap(g_hdr, l.total, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd, 0) : MAP_FAILED;
+  close(fd);
+  if (at == MAP_FAILED) return;  // the parent's mapping is still there: shared, as before
+  (void)madvise(at, l.total, MADV_RANDOM);  // as open_segment's
+  // Process state of the parent's daemon and threads, for this process alone now.
+  g_period.store(1, std::memory_order_relaxed);
+  g_period_spent.store(0, std::memory_order_relaxed);
+  g_setup_debt.store(0, std::memory_order_relaxed);
+  g_period_threads.store(0, std::memory_order_relaxed);
+  g_epoch_tsc.store(0, std::memory_order_relaxed);
+  g_epoch_instr.store(0, std::memory_order_relaxed);
+  g_daemon_busy_total.store(0, std::memory_order_relaxed);
+  g_daemon_busy_since.store(0, std::memory_order_relaxed);
+  const long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+  g_process_cap.store(g_thread_cap * static_cast<std::uint64_t>(cpus > 0 ? cpus : 1),
+                      std::memory_order_relaxed);
+  g_spare_thread = ThreadRecord{};
+  g_switch_next = 0;
+  if (g_attn != nullptr)
+    for (std::uint32_t i = 0; i < g_cfg.max_funcs; ++i)
+      g_attn[i].store(kMarkLook, std::memory_order_relaxed);
+  t_tls = Tls{};
+  g_program_tsc = now;
+  g_stopping.store(false, std::memory_order_relaxed);
+  charge_setup(cpu0);  // the child's set-up: this split
+  start_daemon();
+}
+
+void forked_child() noexcept {
+  forget_switch_pages_in_child();
+  own_segment_in_child();
+}
+
 // The real _Fork, for the runtime's _Fork (below): looked up here, so that the wrapper
 // stays async-signal-safe like the function it wraps.
 using ForkFn = pid_t (*)();
@@ -2019,7 +2210,7 @@ __attribute__((constructor(200))) void profile_init() {
   if (g_cfg.policy == Policy::paper || g_cfg.policy == Policy::budget || g_cfg.policy == Policy::converge)
     g_attn = new (std::nothrow) std::atomic<std::uint8_t>[g_cfg.max_funcs]();
   g_seq_pages = new std::atomic<const std::uint32_t*>[g_cfg.max_threads]();
-  (void)pthread_atfork(forking_prepare, forking_parent, forget_switch_pages_in_child);
+  (void)pthread_atfork(forking_prepare, forking_parent, forked_child);
   if (void* fr = mmap(nullptr, sizeof(Frame) * kFrames * g_cfg.max_threads, PROT_READ | PROT_WRITE,
                       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
       fr != MAP_FAILED)
@@ -2084,18 +2275,7 @@ __attribute__((constructor(200))) void profile_init() {
   std::atexit(at_exit);
   end_startup();
   charge_setup(cpu0);
-  if (g_cfg.policy == Policy::none) return;
-  pthread_t th;
-  pthread_attr_t attr;
-  pthread_attr_init(&attr);
-  pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-  if (pthread_create(&th, &attr, daemon_main, nullptr) == 0) {
-    A(g_hdr->flags).fetch_or(kFlagDaemon, std::memory_order_relaxed);
-    pthread_setname_np(th, "crossmod-prof");
-  } else {
-    warn("cannot start the daemon thread; probes that switch off stay off");
-  }
-  pthread_attr_destroy(&attr);
+  start_daemon();
 }
 
 }  // namespace

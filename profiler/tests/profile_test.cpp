@@ -327,10 +327,39 @@ TEST(ProfileFork, ChildCountsAddUp) {
     const auto t = truth(r.out);
     const json j = report(r);
     EXPECT_EQ(j["exit"]["execs"], 0);
+    EXPECT_EQ(j["exit"]["forks"], 1) << prog;
+    EXPECT_FALSE(has_note(j, "forked without an exec")) << j["notes"].dump();  // its own segment
     const json* f = function(j, kLeafA);
     ASSERT_NE(f, nullptr);
     EXPECT_EQ((*f)["calls_observed"].get<unsigned long>(), t.at("leaf_a")) << prog;
   }
+}
+
+// The child of glibc's fork gets a segment and a daemon of its own: its threads are in
+// that segment (per-thread rows of another segment than the parent's 0), and under paper
+// its functions switch on again epoch after epoch (a child without a daemon gave at most
+// --samples per function: ~40 here). Before, it shared the parent's segment and had no
+// daemon. Counts by segment and state, no time threshold: the child runs ~0.3 s, hundreds
+// of 1 ms epochs, for 60 samples.
+TEST(ProfileFork, ForkedChildHasItsOwnSegmentAndDaemon) {
+  const Outcome r = crossmod("fork-own", std::string("--quiet --policy paper --epoch 1ms -- ") +
+                                             PROF_MT_CYG + " 2 3000000 fork");
+  ASSERT_EQ(r.status, 0) << r.err;
+  const json j = report(r);
+  EXPECT_EQ(j["exit"]["execs"], 0);
+  EXPECT_EQ(j["exit"]["forks"], 1);
+  EXPECT_FALSE(has_note(j, "forked without an exec")) << j["notes"].dump();
+  std::uint64_t parent = 0, child = 0;
+  bool found = false;
+  for (const json& m : j["metrics"]) {
+    if (m["name"] != "per_thread") continue;
+    found = true;
+    for (const json& row : m["rows"])
+      (row["segment"].get<int>() == 0 ? parent : child) += row["samples"].get<std::uint64_t>();
+  }
+  ASSERT_TRUE(found) << j["metrics"].dump();
+  EXPECT_GT(parent, 0u);
+  EXPECT_GT(child, 60u) << "parent " << parent;
 }
 
 // A child runs code before fork's child handlers: glibc's _Fork returns into it, then
@@ -359,6 +388,8 @@ void expect_child_alive(const std::string& tag, const std::string& how, bool per
     const json* f = function(j, kLeafA);
     ASSERT_NE(f, nullptr);
     EXPECT_EQ((*f)["calls_observed"].get<unsigned long>(), t.at("leaf_a")) << prog;
+    EXPECT_EQ(j["exit"]["forks"], 1) << prog << " " << how;
+    EXPECT_TRUE(has_note(j, "forked without an exec")) << j["notes"].dump();  // shared the parent's
     if (perf) {
       EXPECT_EQ(j["run"]["switch_detection"], "perf");
     }

@@ -180,8 +180,11 @@ void run_profile(const ProfileOptions& o) {
   std::string preload = std::string(prof::probes_library()) + ":" + prof::profile_library();
   // The launcher sets every CROSSMOD_PROFILE_* itself; only the opt-in switches
   // (profiler/README.md, Environment) pass through.
-  static constexpr const char* kPassThrough[] = {"CROSSMOD_PROFILE_NO_JITTER=", "CROSSMOD_PROFILE_RETRACT=", "CROSSMOD_PROFILE_RETRACT_WAKE=", "CROSSMOD_PROFILE_TAILCALL_GUARD=", "CROSSMOD_PROFILE_TRACE_TRAPS=",
-                                                 "CROSSMOD_PROFILE_NO_SWITCHES=", "CROSSMOD_PROFILE_TEST_OFF_STALL_US="};
+  static constexpr const char* kPassThrough[] = {
+      "CROSSMOD_PROFILE_NO_JITTER=",         "CROSSMOD_PROFILE_RETRACT=",
+      "CROSSMOD_PROFILE_RETRACT_WAKE=",      "CROSSMOD_PROFILE_TAILCALL_GUARD=",
+      "CROSSMOD_PROFILE_TRACE_TRAPS=",       "CROSSMOD_PROFILE_NO_SWITCHES=",
+      "CROSSMOD_PROFILE_TEST_OFF_STALL_US=", "CROSSMOD_PROFILE_FORK_SHARED="};
   for (char** e = environ; *e != nullptr; ++e) {
     std::string kv = *e;
     if (kv.rfind("CROSSMOD_PROFILE_", 0) == 0 &&

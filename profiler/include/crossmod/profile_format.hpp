@@ -12,14 +12,15 @@
 namespace crossmod::profile {
 
 inline constexpr char kMagic[8] = {'C', 'M', 'P', 'R', 'O', 'F', '1', '\0'};
-inline constexpr std::uint32_t kVersion = 13;  // 2: compensated samples, context-switch split; 3: nest_ticks;
+inline constexpr std::uint32_t kVersion = 14;  // 2: compensated samples, context-switch split; 3: nest_ticks;
                                                // 4: cold samples, per-window call estimate;
                                                // 5: daemon_cpu_ns; 6: refusals; 7: histograms
                                                // apart from the records; 8: records in lines,
                                                // walks/walked; 9: fixed_sum; 10: setup_cpu_ns,
                                                // setup_repaid_ticks; 11: extra_ticks;
                                                // 12: wakes, wake_cpu_ns, retract_wakes,
-                                               // retract_skips; 13: frames_dropped
+                                               // retract_skips; 13: frames_dropped; 14: forks,
+                                               // alive_tsc, kFlagForkChild
 // Latency histogram: 4 buckets per power of two ("log2-ish"), up to 2^kHistOctaves ticks.
 inline constexpr unsigned kHistSub = 4;
 inline constexpr unsigned kHistOctaves = 48;
@@ -110,6 +111,12 @@ struct Header {
   std::uint64_t frames_dropped;
   std::uint64_t dropped_funcs;  // functions beyond max_funcs (not profiled)
   std::uint64_t dropped_threads;
+  // Processes forked from this image without an exec (fork, _Fork, clone without CLONE_VM).
+  // A child of glibc's fork continues in a segment of its own (kFlagForkChild) with a
+  // daemon of its own; one of _Fork or clone adds into this one, without (README, fork).
+  std::uint64_t forks;
+  // The daemon's last wake: where an image that never exited cleanly ended.
+  std::uint64_t alive_tsc;
   std::uint64_t flags;          // kFlag*
   std::uint64_t switch_errno;   // why context switches are not detected (0: they are)
   char note[256];               // one line from the runtime (e.g. tracepoints unsupported)
@@ -124,6 +131,8 @@ inline constexpr std::uint64_t kFlagSwitchDetect = 8;  // threads get a perf pag
 inline constexpr std::uint64_t kFlagSelfCalibrated = 16;  // << provider (16..128): self_ticks[provider] measured
 inline constexpr std::uint64_t kFlagSwitchOff = 256;  // CROSSMOD_PROFILE_NO_SWITCHES: no perf pages
 inline constexpr std::uint64_t kFlagNestCalibrated = 512;  // << provider (512..4096): nest_ticks[provider] measured
+// The image began as a fork's child (no exec): own_segment_in_child.
+inline constexpr std::uint64_t kFlagForkChild = 8192;
 
 // The function's exit probe is left off: it may tail-call (see runtime.cpp, tail_calls).
 inline constexpr std::uint32_t kFuncNoExit = 1;

@@ -132,6 +132,10 @@ struct ProfileData {
   std::uint64_t probes = 0, toggles = 0, toggle_ticks = 0, instr_ticks = 0, calib_ticks = 0;
   std::uint64_t dropped_funcs = 0, dropped_threads = 0, threads = 0, budget_offs = 0, capped_hits = 0, stale_exits = 0;
   std::uint64_t frames_dropped = 0;  // Header::frames_dropped, summed
+  // Header::forks, summed (children forked without an exec), and how many of them had a
+  // segment of their own (kFlagForkChild); the rest shared their parent's.
+  std::uint64_t forks = 0;
+  unsigned fork_segments = 0;
   std::uint64_t retracts = 0;  // Header::retracts
   std::uint64_t walks = 0, walked = 0;  // Header::walks, walked (summed over segments)
   std::uint64_t daemon_cpu_ns = 0;  // Header::daemon_cpu_ns, summed over segments

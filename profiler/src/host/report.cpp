@@ -109,6 +109,9 @@ ProfileData read_segments(const std::string& raw_dir, const RunInfo& run) {
       d.notes.push_back(fmt::format("segment-{}.bin: cannot map, skipped", n));
       continue;
     }
+    // The file is sparse (runtime.cpp, open_segment): read-ahead would zero large folios of
+    // holes around every page read (a fork-heavy run has a segment per child).
+    (void)madvise(m->p, m->n, MADV_RANDOM);
     const auto* h = static_cast<const Header*>(m->p);
     const Layout l = layout(h->max_funcs, h->max_threads, h->timeline_cap, h->string_bytes);
     if (std::memcmp(h->magic, kMagic, sizeof kMagic) != 0 || h->version != kVersion ||
@@ -137,10 +140,19 @@ ProfileData read_segments(const std::string& raw_dir, const RunInfo& run) {
     const auto* timeline = reinterpret_cast<const TimelineEntry*>(base + l.timeline);
     const char* strings = base + l.strings;
     std::uint64_t end = h.end_tsc;
-    if (end == 0) end = k + 1 < hdrs.size() ? hdrs[k + 1]->start_tsc : run.end_tsc;
+    // Without a clean exit: an image ends where the next (its execve's) begins; a fork's
+    // child, which ran beside the others, at its daemon's last wake (else the run's end).
+    const bool fork_child = (h.flags & kFlagForkChild) != 0;
+    if (end == 0 && fork_child) end = h.alive_tsc != 0 ? h.alive_tsc : run.end_tsc;
+    if (end == 0) {
+      std::size_t next = k + 1;
+      while (next < hdrs.size() && (hdrs[next]->flags & kFlagForkChild) != 0) ++next;
+      end = next < hdrs.size() ? hdrs[next]->start_tsc : run.end_tsc;
+    }
     if (end < h.start_tsc) end = h.start_tsc;
     const double seg_ticks = static_cast<double>(end - h.start_tsc);
     ++d.segments;
+    if (fork_child) ++d.fork_segments;
     d.probes += h.probes;
     d.toggles += h.toggles;
     d.toggle_ticks += h.toggle_ticks;
@@ -162,6 +174,7 @@ ProfileData read_segments(const std::string& raw_dir, const RunInfo& run) {
     d.capped_hits += h.capped_hits;
     d.stale_exits += h.stale_exits;
     d.frames_dropped += h.frames_dropped;
+    d.forks += h.forks;
     d.retracts += h.retracts;
     d.walks += h.walks;
     d.walked += h.walked;
@@ -258,6 +271,17 @@ ProfileData read_segments(const std::string& raw_dir, const RunInfo& run) {
   }
   for (auto& [text, segs] : image_notes)
     d.notes.push_back(hdrs.size() == 1 ? std::move(text) : segments_text(segs) + ": " + text);
+  // A child of _Fork or clone (not glibc's fork) shares its parent's segment (runtime.cpp,
+  // own_segment_in_child): what it does is in the totals, under no daemon of its own.
+  if (const std::uint64_t shared = d.forks > d.fork_segments ? d.forks - d.fork_segments : 0;
+      shared > 0)
+    d.notes.push_back(
+        fmt::format("{} {} forked without an exec and without glibc's fork (_Fork, clone): {} "
+                    "calls and samples are counted with the parent's, and {} has no daemon "
+                    "thread, so a function that switched off there stayed off "
+                    "(profiler/README.md, Known problems, fork)",
+                    shared, shared == 1 ? "process was" : "processes were",
+                    shared == 1 ? "its" : "their", shared == 1 ? "it" : "each"));
   // Under budget the set-up is a debt the periods repay from half their cap (runtime.cpp,
   // charge_setup): one the size of the budget's share of the run halved its sampling.
   const double cpu_s = run.user_s + run.sys_s;
@@ -508,7 +532,8 @@ nlohmann::json report_json(const ProfileData& d, const RunInfo& run, const std::
   j["exit"] = {{"kind", run.exit_kind},
                {"status", run.status},
                {"signal", run.signal ? json(run.signal) : json()},
-               {"execs", d.segments > 0 ? d.segments - 1 : 0}};
+               {"execs", d.segments > d.fork_segments ? d.segments - d.fork_segments - 1 : 0},
+               {"forks", d.forks}};
   j["run"] = {{"wall_s", run.wall_s},
               {"cpu_s", cpu_s},
               {"user_s", run.user_s},

@@ -1,0 +1,45 @@
+#!/usr/bin/python3
+"""A Python program that forks N children without exec (os.fork), each doing ~10 ms of
+dictionary work and leaving by os._exit, as a multiprocessing worker does; a child still
+alive after 5 s is killed and counted as hung. For the profiler's fork handling:
+
+    build/crossmod profile --trace 'Py*' -- /usr/bin/python3 profiler/workloads/fork_loop.py 100
+"""
+import os
+import sys
+import time
+
+
+def work(n):
+    d = {}
+    for i in range(n):
+        d[str(i)] = [i, i * 2]
+    return len(d)
+
+
+def main():
+    n = int(sys.argv[1]) if len(sys.argv) > 1 else 200
+    hung = 0
+    for _ in range(n):
+        work(2000)
+        pid = os.fork()
+        if pid == 0:
+            work(20000)
+            os._exit(0)
+        t0 = time.time()
+        while True:
+            r, _st = os.waitpid(pid, os.WNOHANG)
+            if r == pid:
+                break
+            if time.time() - t0 > 5:
+                hung += 1
+                os.kill(pid, 9)
+                os.waitpid(pid, 0)
+                break
+            time.sleep(0.001)
+    print("forks", n, "hung", hung)
+    return 1 if hung else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
