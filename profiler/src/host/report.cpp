@@ -60,8 +60,8 @@ std::string cstr_at(const char* strings, std::uint64_t used, std::uint32_t off) 
 // segments) "121 segments of 0-152", so that the note stays a line.
 std::string segments_text(std::vector<std::uint64_t> v) {
   std::sort(v.begin(), v.end());
-  v.erase(std::unique(v.begin(), v.end()),
-          v.end());  // a shared fork child writes its parent's number
+  // A fork child that shares its parent's segment writes the parent's number.
+  v.erase(std::unique(v.begin(), v.end()), v.end());
   std::string o = v.size() == 1 ? "segment " : "segments ";
   std::size_t ranges = 0;
   for (std::size_t i = 0; i < v.size();) {
