@@ -589,6 +589,10 @@ Status on_discovery(DiscoveryFn cb, void* user) noexcept {
   return Status::ok;
 }
 
+bool is_active(ProbeId id) noexcept {
+  return valid(id) && g_probes[id].active.load(std::memory_order_acquire);
+}
+
 Status info(ProbeId id, ProbeInfo* out) noexcept {
   if (out == nullptr) return Status::bad_argument;
   if (!valid(id)) return Status::unknown_id;

@@ -44,6 +44,8 @@ TEST_P(ApiSplit, StartsOffActivatesAndDeactivatesWithEveryStrategy) {
   ASSERT_EQ(cp::info(r.id, &pi), cp::Status::ok);
   EXPECT_EQ(pi.split, split);
   EXPECT_FALSE(pi.active);
+  EXPECT_FALSE(cp::is_active(r.id));
+  EXPECT_FALSE(cp::is_active(cp::kNoProbe));
   EXPECT_EQ(pi.provider, cp::Provider::manual);
   EXPECT_EQ(pi.site, reinterpret_cast<std::uintptr_t>(r.m.site));
   EXPECT_STREQ(pi.name, "api_split");
@@ -58,6 +60,7 @@ TEST_P(ApiSplit, StartsOffActivatesAndDeactivatesWithEveryStrategy) {
     if (s == cp::Strategy::wordpatch_async) {
       ASSERT_EQ(cp::flush(), cp::Status::ok);
     }
+    EXPECT_TRUE(cp::is_active(r.id));
     r.m.fn();
     r.m.fn();
     EXPECT_EQ(probetest::hits(r.id), before + 2);
@@ -73,6 +76,7 @@ TEST_P(ApiSplit, StartsOffActivatesAndDeactivatesWithEveryStrategy) {
     if (s == cp::Strategy::wordpatch_async) {
       ASSERT_EQ(cp::flush(), cp::Status::ok);
     }
+    EXPECT_FALSE(cp::is_active(r.id));
     const std::uint64_t after = probetest::hits(r.id);
     r.m.fn();
     EXPECT_EQ(probetest::hits(r.id), after);

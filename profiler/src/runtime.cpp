@@ -2132,8 +2132,7 @@ void own_segment_in_child() noexcept {
       // with a probe on has them switched off here.
       bool all_on = true, any_on = false;
       const auto look = [&](cp::ProbeId id) {
-        cp::ProbeInfo pi{};
-        const bool on = cp::info(id, &pi) == cp::Status::ok && pi.active;
+        const bool on = cp::is_active(id);
         all_on = all_on && on;
         any_on = any_on || on;
       };

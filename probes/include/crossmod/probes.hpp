@@ -87,6 +87,9 @@ Status on_discovery(DiscoveryFn cb, void* user) noexcept;
 Status scan_loaded_objects(std::size_t* new_probes = nullptr) noexcept;
 
 Status info(ProbeId id, ProbeInfo* out) noexcept;
+// Whether the probe is on (ProbeInfo::active) without info's lock: one atomic load; false
+// for an unknown id.
+bool is_active(ProbeId id) noexcept;
 std::size_t count() noexcept;  // ids are 0 .. count()-1
 
 // Inactive -> active: the fn is published, then the site is patched. Active -> active
