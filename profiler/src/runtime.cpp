@@ -2159,7 +2159,13 @@ void own_segment_in_child() noexcept {
   void* at =
       ok ? mmap(g_hdr, l.total, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd, 0) : MAP_FAILED;
   close(fd);
-  if (at == MAP_FAILED) return;  // the parent's mapping is still there: shared, as before
+  if (at == MAP_FAILED) {  // the parent's mapping is still there: shared, as before
+    char path[4096];
+    if (std::snprintf(path, sizeof path, "%s/segment-%u.bin", g_cfg.dir, seg) <
+        static_cast<int>(sizeof path))
+      unlink(path);  // no half-written segment for the report
+    return;
+  }
   (void)madvise(at, l.total, MADV_RANDOM);  // as open_segment's
   // Process state of the parent's daemon and threads, for this process alone now.
   g_period.store(1, std::memory_order_relaxed);
