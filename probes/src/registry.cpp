@@ -239,7 +239,11 @@ std::atomic<bool> g_forking{false};
 std::atomic<std::uint32_t> g_lock_holders{0};
 thread_local unsigned t_locks_held __attribute__((tls_model("initial-exec"))) = 0;
 
+// The registry mutex likewise (a registration or discovery in flight at the fork left the
+// child's copy held: ApiFork.ChildRegistersWhileAnotherThreadWasRegistering, the 8th child
+// hung before this). Taken first, in the order registration takes it and then toggle locks.
 void fork_prepare() noexcept {
+  g_registry_mutex.lock();
   g_forking.store(true, std::memory_order_seq_cst);
   // A fork from inside a toggle: this thread's own count is not waited for.
   const std::uint32_t own = t_locks_held > 0 ? 1 : 0;
@@ -249,10 +253,14 @@ void fork_prepare() noexcept {
     x86::pause();
   }
 }
-void fork_parent() noexcept { g_forking.store(false, std::memory_order_seq_cst); }
+void fork_parent() noexcept {
+  g_forking.store(false, std::memory_order_seq_cst);
+  g_registry_mutex.unlock();
+}
 void fork_child() noexcept {
   g_lock_holders.store(t_locks_held > 0 ? 1 : 0, std::memory_order_relaxed);
   g_forking.store(false, std::memory_order_seq_cst);
+  g_registry_mutex.unlock();
 }
 __attribute__((constructor)) void register_fork_handlers() {
   (void)pthread_atfork(fork_prepare, fork_parent, fork_child);

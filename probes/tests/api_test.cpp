@@ -229,6 +229,48 @@ TEST(ApiFork, ChildTogglesAProbeAnotherThreadWasToggling) {
   EXPECT_EQ(failed, 0);
 }
 
+// The same for the registry mutex: a fork while another thread registered a site (a cyg
+// site's first execution, a scan) left the child's copy of the mutex held, and the
+// child's first registration or discovery blocked for good. Here a thread registers an
+// existing site in a loop (it takes the mutex and finds the site); each child registers
+// it once.
+TEST(ApiFork, ChildRegistersWhileAnotherThreadWasRegistering) {
+  Registered r;
+  make(0, "api_fork_reg", &r);
+  std::atomic<bool> stop{false};
+  std::thread registrant([&] {
+    while (!stop.load(std::memory_order_relaxed)) {
+      cp::ProbeId id = cp::kNoProbe;
+      (void)cp::register_entry_site(r.m.site, 0, "api_fork_reg", &id);
+    }
+  });
+  int hung = 0, failed = 0, forks = 0;
+  for (int k = 0; k < 200 && hung == 0; ++k, ++forks) {
+    const pid_t pid = fork();
+    if (pid == 0) {
+      cp::ProbeId id = cp::kNoProbe;
+      const bool ok =
+          cp::register_entry_site(r.m.site, 0, "api_fork_reg", &id) == cp::Status::ok && id == r.id;
+      _exit(ok ? 0 : 1);
+    }
+    ASSERT_GT(pid, 0);
+    int st = 0;
+    pid_t got = 0;
+    for (int w = 0; w < 10000 && (got = waitpid(pid, &st, WNOHANG)) == 0; ++w) usleep(1000);
+    if (got == 0) {
+      ++hung;
+      kill(pid, SIGKILL);
+      waitpid(pid, &st, 0);
+    } else if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
+      ++failed;
+    }
+  }
+  stop.store(true);
+  registrant.join();
+  EXPECT_EQ(hung, 0) << "child of fork " << forks << " of 200";
+  EXPECT_EQ(failed, 0);
+}
+
 TEST(ApiBadInput, UnknownIdIsAStatus) {
   EXPECT_EQ(cp::activate(cp::kNoProbe, probetest::count_a), cp::Status::unknown_id);
   EXPECT_EQ(cp::deactivate(static_cast<cp::ProbeId>(cp::kMaxProbes + 7)), cp::Status::unknown_id);
