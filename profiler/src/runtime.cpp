@@ -1837,6 +1837,12 @@ bool read_config() {
   return true;
 }
 
+// CROSSMOD_PROFILE_DIR/segment-N.bin into `path`; false when it does not fit.
+bool segment_path(char (&path)[4096], unsigned seg) noexcept {
+  return std::snprintf(path, sizeof path, "%s/segment-%u.bin", g_cfg.dir, seg) <
+         static_cast<int>(sizeof path);
+}
+
 // The next free segment-N.bin in CROSSMOD_PROFILE_DIR, created and sized: its fd (-1 and
 // a line on stderr, ending with `otherwise`, when it cannot be made) and N.
 int create_segment_file(std::size_t total, unsigned* seg_out, const char* otherwise) noexcept {
@@ -1844,9 +1850,7 @@ int create_segment_file(std::size_t total, unsigned* seg_out, const char* otherw
   unsigned seg = 0;
   char path[4096];
   for (; seg < 10000; ++seg) {
-    if (std::snprintf(path, sizeof path, "%s/segment-%u.bin", g_cfg.dir, seg) >=
-        static_cast<int>(sizeof path))
-      break;
+    if (!segment_path(path, seg)) break;
     fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
     if (fd >= 0 || errno != EEXIST) break;
   }
@@ -1867,6 +1871,27 @@ int create_segment_file(std::size_t total, unsigned* seg_out, const char* otherw
   }
   *seg_out = seg;
   return fd;
+}
+
+// What every segment's header says of the run's configuration and of this image: the
+// image's pid, its segment number, its start. The caller writes the magic last.
+void init_header(Header& h, unsigned seg, std::size_t total) noexcept {
+  h.version = kVersion;
+  h.header_bytes = sizeof(Header);
+  h.max_funcs = g_cfg.max_funcs;
+  h.max_threads = g_cfg.max_threads;
+  h.timeline_cap = g_cfg.timeline_cap;
+  h.string_bytes = g_cfg.string_bytes;
+  h.total_bytes = total;
+  h.pid = static_cast<std::uint64_t>(getpid());
+  h.segment = seg;
+  h.policy = static_cast<std::uint32_t>(g_cfg.policy);
+  h.samples = g_cfg.samples;
+  h.budget = g_cfg.budget;
+  h.epoch_ns = g_cfg.epoch_ns;
+  h.period_ns = g_cfg.period_ns;
+  h.ci = g_cfg.ci;
+  h.start_tsc = rdtsc();
 }
 
 // A new segment file per process image: segment-0.bin, then -1 after an execve, ...
@@ -1895,22 +1920,7 @@ bool open_segment() {
   g_timeline = reinterpret_cast<TimelineEntry*>(base + l.timeline);
   g_strings = base + l.strings;
   Header& h = *g_hdr;
-  h.version = kVersion;
-  h.header_bytes = sizeof(Header);
-  h.max_funcs = g_cfg.max_funcs;
-  h.max_threads = g_cfg.max_threads;
-  h.timeline_cap = g_cfg.timeline_cap;
-  h.string_bytes = g_cfg.string_bytes;
-  h.total_bytes = l.total;
-  h.pid = static_cast<std::uint64_t>(getpid());
-  h.segment = seg;
-  h.policy = static_cast<std::uint32_t>(g_cfg.policy);
-  h.samples = g_cfg.samples;
-  h.budget = g_cfg.budget;
-  h.epoch_ns = g_cfg.epoch_ns;
-  h.period_ns = g_cfg.period_ns;
-  h.ci = g_cfg.ci;
-  h.start_tsc = rdtsc();
+  init_header(h, seg, l.total);
   {
     cpu_set_t cpus;
     CPU_ZERO(&cpus);
@@ -2026,6 +2036,14 @@ void end_startup() noexcept {
   g_program_tsc = now;
 }
 
+// The first period's process-wide cap, before the daemon has measured a period: budget x
+// period x online CPUs (g_process_cap).
+void set_first_process_cap() noexcept {
+  const long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+  g_process_cap.store(g_thread_cap * static_cast<std::uint64_t>(cpus > 0 ? cpus : 1),
+                      std::memory_order_relaxed);
+}
+
 void start_daemon() noexcept {
   if (g_cfg.policy == Policy::none) return;
   pthread_t th;
@@ -2078,26 +2096,12 @@ void own_segment_in_child() noexcept {
   };
   const Header& old = *g_hdr;
   Header h{};
-  const std::uint64_t now = rdtsc();
-  h.version = old.version;
-  h.header_bytes = old.header_bytes;
-  h.max_funcs = old.max_funcs;
-  h.max_threads = old.max_threads;
-  h.timeline_cap = old.timeline_cap;
-  h.string_bytes = old.string_bytes;
-  h.total_bytes = old.total_bytes;
-  h.pid = static_cast<std::uint64_t>(getpid());
-  h.segment = seg;
-  h.policy = old.policy;
-  h.samples = old.samples;
-  h.budget = old.budget;
-  h.epoch_ns = old.epoch_ns;
-  h.period_ns = old.period_ns;
-  h.ci = old.ci;
+  init_header(h, seg, l.total);
+  const std::uint64_t now = h.start_tsc;
+  // What the parent's start-up measured and found, which the child inherits.
   h.calib_ticks = old.calib_ticks;
   std::memcpy(h.self_ticks, old.self_ticks, sizeof h.self_ticks);
   std::memcpy(h.nest_ticks, old.nest_ticks, sizeof h.nest_ticks);
-  h.start_tsc = now;
   const std::uint64_t nf =
       std::min<std::uint64_t>(A(old.nfuncs).load(std::memory_order_acquire), old.max_funcs);
   h.nfuncs = nf;
@@ -2161,9 +2165,7 @@ void own_segment_in_child() noexcept {
   close(fd);
   if (at == MAP_FAILED) {  // the parent's mapping is still there: shared, as before
     char path[4096];
-    if (std::snprintf(path, sizeof path, "%s/segment-%u.bin", g_cfg.dir, seg) <
-        static_cast<int>(sizeof path))
-      unlink(path);  // no half-written segment for the report
+    if (segment_path(path, seg)) unlink(path);  // no half-written segment for the report
     return;
   }
   (void)madvise(at, l.total, MADV_RANDOM);  // as open_segment's
@@ -2176,9 +2178,7 @@ void own_segment_in_child() noexcept {
   g_epoch_instr.store(0, std::memory_order_relaxed);
   g_daemon_busy_total.store(0, std::memory_order_relaxed);
   g_daemon_busy_since.store(0, std::memory_order_relaxed);
-  const long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-  g_process_cap.store(g_thread_cap * static_cast<std::uint64_t>(cpus > 0 ? cpus : 1),
-                      std::memory_order_relaxed);
+  set_first_process_cap();
   g_spare_thread = ThreadRecord{};
   g_switch_next = 0;
   if (g_attn != nullptr)
@@ -2207,8 +2207,7 @@ __attribute__((constructor(200))) void profile_init() {
   g_real_fork = reinterpret_cast<ForkFn>(dlsym(RTLD_NEXT, "_Fork"));
   if (!read_config() || !open_segment()) return;
   g_thread_cap = static_cast<std::uint64_t>(g_cfg.budget * static_cast<double>(ns_to_ticks(g_cfg.period_ns)));
-  const long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-  g_process_cap.store(g_thread_cap * static_cast<std::uint64_t>(cpus > 0 ? cpus : 1));
+  set_first_process_cap();
   g_by_function = new std::unordered_map<std::uintptr_t, std::uint32_t>();
   // The walk's marks, for the policies that switch functions on again (full walks every
   // function to fold its samples; none has no daemon).
