@@ -186,47 +186,62 @@ TEST(Api, DiscoveryReplaysKnownProbesOnce) {
   ASSERT_EQ(cp::on_discovery(nullptr, nullptr), cp::Status::ok);
 }
 
-// fork while another thread toggles: the child's copy of a toggle lock held at that moment
-// stayed held, and the child's first toggle of that probe spun forever (before the layer's
-// fork handler the first child hung, in two runs of two: the toggler holds the lock most
-// of the time). The handler waits for toggles in flight and holds new ones back until the
-// fork is done. Each child toggles the probe once and exits; one still alive after 10 s
-// fails the test (and ends it: no waiting for the next).
-TEST(ApiFork, ChildTogglesAProbeAnotherThreadWasToggling) {
-  ASSERT_EQ(cp::set_wait_ticks(probetest::kTestWaitTicks), cp::Status::ok);
-  Registered r;
-  make(1, "api_fork", &r);  // straddling: every toggle waits, so the lock is held long
-  std::atomic<bool> stop{false};
-  std::thread toggler([&] {
-    while (!stop.load(std::memory_order_relaxed)) {
-      (void)cp::activate(r.id, probetest::count_a);
-      (void)cp::deactivate(r.id);
-    }
-  });
+// Forks up to 200 times while `busy` runs in a loop on another thread; each child runs
+// `child` (its result: its exit status) and exits. A child still alive after 10 s is a
+// hang: it is killed and ends the loop (no waiting for the next). Counts what went wrong.
+struct ForkOutcome {
   int hung = 0, failed = 0, forks = 0;
-  for (int k = 0; k < 200 && hung == 0; ++k, ++forks) {
+};
+template <class Busy, class Child>
+ForkOutcome fork_while(Busy busy, Child child) {
+  std::atomic<bool> stop{false};
+  std::thread other([&] {
+    while (!stop.load(std::memory_order_relaxed)) busy();
+  });
+  ForkOutcome o;
+  for (int k = 0; k < 200 && o.hung == 0; ++k, ++o.forks) {
     const pid_t pid = fork();
-    if (pid == 0) {
-      const bool ok = cp::activate(r.id, probetest::count_a) == cp::Status::ok &&
-                      cp::deactivate(r.id) == cp::Status::ok;
-      _exit(ok ? 0 : 1);
+    if (pid == 0) _exit(child() ? 0 : 1);
+    if (pid < 0) {
+      ++o.failed;
+      break;
     }
-    ASSERT_GT(pid, 0);
     int st = 0;
     pid_t got = 0;
     for (int w = 0; w < 10000 && (got = waitpid(pid, &st, WNOHANG)) == 0; ++w) usleep(1000);
     if (got == 0) {
-      ++hung;
+      ++o.hung;
       kill(pid, SIGKILL);
       waitpid(pid, &st, 0);
     } else if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
-      ++failed;
+      ++o.failed;
     }
   }
   stop.store(true);
-  toggler.join();
-  EXPECT_EQ(hung, 0) << "child of fork " << forks << " of 200";
-  EXPECT_EQ(failed, 0);
+  other.join();
+  return o;
+}
+
+// fork while another thread toggles: the child's copy of a toggle lock held at that moment
+// stayed held, and the child's first toggle of that probe spun forever (before the layer's
+// fork handler the first child hung, in two runs of two: the toggler holds the lock most
+// of the time). The handler waits for toggles in flight and holds new ones back until the
+// fork is done. Each child toggles the probe once and exits.
+TEST(ApiFork, ChildTogglesAProbeAnotherThreadWasToggling) {
+  ASSERT_EQ(cp::set_wait_ticks(probetest::kTestWaitTicks), cp::Status::ok);
+  Registered r;
+  make(1, "api_fork", &r);  // straddling: every toggle waits, so the lock is held long
+  const ForkOutcome o = fork_while(
+      [&] {
+        (void)cp::activate(r.id, probetest::count_a);
+        (void)cp::deactivate(r.id);
+      },
+      [&] {
+        return cp::activate(r.id, probetest::count_a) == cp::Status::ok &&
+               cp::deactivate(r.id) == cp::Status::ok;
+      });
+  EXPECT_EQ(o.hung, 0) << "child of fork " << o.forks << " of 200";
+  EXPECT_EQ(o.failed, 0);
 }
 
 // The same for the registry mutex: a fork while another thread registered a site (a cyg
@@ -237,38 +252,14 @@ TEST(ApiFork, ChildTogglesAProbeAnotherThreadWasToggling) {
 TEST(ApiFork, ChildRegistersWhileAnotherThreadWasRegistering) {
   Registered r;
   make(0, "api_fork_reg", &r);
-  std::atomic<bool> stop{false};
-  std::thread registrant([&] {
-    while (!stop.load(std::memory_order_relaxed)) {
-      cp::ProbeId id = cp::kNoProbe;
-      (void)cp::register_entry_site(r.m.site, 0, "api_fork_reg", &id);
-    }
-  });
-  int hung = 0, failed = 0, forks = 0;
-  for (int k = 0; k < 200 && hung == 0; ++k, ++forks) {
-    const pid_t pid = fork();
-    if (pid == 0) {
-      cp::ProbeId id = cp::kNoProbe;
-      const bool ok =
-          cp::register_entry_site(r.m.site, 0, "api_fork_reg", &id) == cp::Status::ok && id == r.id;
-      _exit(ok ? 0 : 1);
-    }
-    ASSERT_GT(pid, 0);
-    int st = 0;
-    pid_t got = 0;
-    for (int w = 0; w < 10000 && (got = waitpid(pid, &st, WNOHANG)) == 0; ++w) usleep(1000);
-    if (got == 0) {
-      ++hung;
-      kill(pid, SIGKILL);
-      waitpid(pid, &st, 0);
-    } else if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
-      ++failed;
-    }
-  }
-  stop.store(true);
-  registrant.join();
-  EXPECT_EQ(hung, 0) << "child of fork " << forks << " of 200";
-  EXPECT_EQ(failed, 0);
+  const auto reg = [&] {
+    cp::ProbeId id = cp::kNoProbe;
+    return cp::register_entry_site(r.m.site, 0, "api_fork_reg", &id) == cp::Status::ok &&
+           id == r.id;
+  };
+  const ForkOutcome o = fork_while([&] { (void)reg(); }, reg);
+  EXPECT_EQ(o.hung, 0) << "child of fork " << o.forks << " of 200";
+  EXPECT_EQ(o.failed, 0);
 }
 
 TEST(ApiBadInput, UnknownIdIsAStatus) {
