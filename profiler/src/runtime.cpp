@@ -2191,7 +2191,25 @@ void own_segment_in_child() noexcept {
   start_daemon();
 }
 
-void forked_child() noexcept {
+// glibc fork's handlers (pthread_atfork in profile_init) also hold g_mutex across the
+// fork: a discovery in another thread (on_found) at the fork left the child's copy held
+// for good, and the child's first discovery waited forever
+// (ProfileFork.ChildDiscoversWhileAnotherThreadWasDiscovering: 3 of 5 runs had a child
+// stuck before), and own_segment_in_child copied a record half made. These run before the
+// probes layer's (registered after them), so the order is g_mutex, then the registry
+// mutex and the toggle locks: the order on_found takes them in (it may deactivate under
+// g_mutex; no probes lock is held around a discovery). The _Fork and clone wrappers
+// (below) must stay async-signal-safe and take no lock: their children still share.
+void atfork_prepare() noexcept {
+  g_mutex.lock();
+  forking_prepare();
+}
+void atfork_parent() noexcept {
+  forking_parent();
+  g_mutex.unlock();
+}
+void atfork_child() noexcept {
+  g_mutex.unlock();  // atfork_prepare's: the child has no other thread to hold it
   forget_switch_pages_in_child();
   own_segment_in_child();
 }
@@ -2214,7 +2232,7 @@ __attribute__((constructor(200))) void profile_init() {
   if (g_cfg.policy == Policy::paper || g_cfg.policy == Policy::budget || g_cfg.policy == Policy::converge)
     g_attn = new (std::nothrow) std::atomic<std::uint8_t>[g_cfg.max_funcs]();
   g_seq_pages = new std::atomic<const std::uint32_t*>[g_cfg.max_threads]();
-  (void)pthread_atfork(forking_prepare, forking_parent, forked_child);
+  (void)pthread_atfork(atfork_prepare, atfork_parent, atfork_child);
   if (void* fr = mmap(nullptr, sizeof(Frame) * kFrames * g_cfg.max_threads, PROT_READ | PROT_WRITE,
                       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
       fr != MAP_FAILED)

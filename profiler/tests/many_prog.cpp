@@ -4,8 +4,14 @@
 // with each compiler-assisted provider: many functions on at once under --policy budget,
 // so that a period that runs out of budget ends with a storm of switch-offs
 // (ProfileBudget tests).
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
 #include <cstdio>
 #include <cstdlib>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -29,7 +35,46 @@ const Fn kTable[] = {REF100(0) REF100(1) REF100(2) REF100(3) REF100(4) REF100(5)
 
 }  // namespace
 
+// `fork` mode: one thread calls step_000 .. step_998 once each (each first call is a
+// discovery: the runtime's on_found takes its mutex) while main forks as fast as it can;
+// each child calls step_999, which no one called before, so the child finds it too, and
+// exits. A child stuck (its copy of a lock held by a thread it does not have) is killed
+// after 10 s and the program exits 1. Prints how many forks overlapped the discoveries.
+volatile unsigned long g_sink;
+
+int fork_while_discovering() {
+  std::atomic<bool> done{false};
+  std::thread finder([&] {
+    unsigned long s = 1;
+    for (std::size_t i = 0; i + 1 < 1000; ++i) s += kTable[i](s);
+    g_sink = s;
+    done.store(true, std::memory_order_release);
+  });
+  int forks = 0, stuck = 0;
+  while (!done.load(std::memory_order_acquire)) {
+    const pid_t pid = fork();
+    if (pid < 0) return 2;
+    if (pid == 0) _exit(kTable[999](1) != 0 ? 0 : 3);
+    ++forks;
+    int status = 0;
+    int waited_ms = 0;
+    while (waitpid(pid, &status, WNOHANG) == 0) {
+      if (++waited_ms > 10000) {
+        kill(pid, SIGKILL);
+        (void)waitpid(pid, &status, 0);
+        ++stuck;
+        break;
+      }
+      usleep(1000);
+    }
+  }
+  finder.join();
+  std::printf("forks %d stuck %d\n", forks, stuck);
+  return stuck > 0 ? 1 : 0;
+}
+
 int main(int argc, char** argv) {
+  if (argc > 3 && std::string_view(argv[3]) == "fork") return fork_while_discovering();
   const long rounds = argc > 1 ? std::atol(argv[1]) : 1000;
   // CALLED (argv[2], default all 1000): only the first CALLED functions are called; the
   // rest are found, on, and never called, like most of a big program's (ProfileWalk).

@@ -5,6 +5,7 @@
 #include <sys/wait.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -360,6 +361,25 @@ TEST(ProfileFork, ForkedChildHasItsOwnSegmentAndDaemon) {
   ASSERT_TRUE(found) << j["metrics"].dump();
   EXPECT_GT(parent, 0u);
   EXPECT_GT(child, 60u) << "parent " << parent;
+}
+
+// A fork while another thread discovers functions (each first call of a cyg function:
+// on_found takes the runtime's mutex) must leave the child a free mutex: the child's own
+// first call of a function (step_999, never called in the parent) takes it again. Before
+// the runtime's fork handler held it across the fork, 3 of 5 runs had a child stuck
+// there for good (prof_many kills it after 10 s and exits 1); a run has 3-5 forks during
+// the ~1,000 discoveries, so three runs.
+TEST(ProfileFork, ChildDiscoversWhileAnotherThreadWasDiscovering) {
+  for (int run = 0; run < 3; ++run) {
+    const Outcome r = crossmod("fork-discover", std::string("--quiet --policy paper -- ") +
+                                                    PROF_MANY_CYG + " 1 1000 fork");
+    ASSERT_EQ(r.status, 0) << "run " << run << ": " << r.out << r.err;
+    unsigned forks = 0, stuck = 1;
+    ASSERT_EQ(std::sscanf(r.out.c_str(), "forks %u stuck %u", &forks, &stuck), 2) << r.out;
+    EXPECT_EQ(stuck, 0u);
+    const json j = report(r);
+    EXPECT_EQ(j["exit"]["forks"].get<unsigned>(), forks) << r.out;
+  }
 }
 
 // A child runs code before fork's child handlers: glibc's _Fork returns into it, then
