@@ -20,7 +20,7 @@ the FIRST configuration in the same round, with the distribution-free 95% interv
 that median (binomial order statistics, analysis.profile.median_ci), and for profiled
 configurations the medians of what profile.json says the instrumentation charged
 (overhead.instr_share, daemon_cpu_s, setup_s, with the median over rounds of setup_s over the
-first configuration's) and how many functions had samples. --json writes
+first configuration's), toggles/s, samples/s and how many functions had samples. --json writes
 the raw per-round CPU seconds. Example (the cost of installed-but-off tracepoints on sqlite3):
 
     profiler/scripts/configs_ab.py 24 sqlite3 none='--policy none' \\
@@ -84,6 +84,7 @@ def run(cfg, w, default_build, out):
     o = j["overhead"]
     charged = {"instr_share": o.get("instr_share") or 0.0, "daemon_cpu_s": o.get("daemon_cpu_s") or 0.0,
                "setup_s": o.get("setup_s") or 0.0,
+               "toggles_per_s": o.get("toggles_per_s") or 0.0, "samples_per_s": o.get("samples_per_s") or 0.0,
                "sampled": sum(1 for f in j["functions"] if f.get("samples"))}
     return j["run"]["user_s"] + j["run"]["sys_s"], charged
 
@@ -155,6 +156,8 @@ def main():
                 f"   instr_share {statistics.median(x['instr_share'] for x in ch):.4f}"
                 f"  daemon_cpu_s {statistics.median(x['daemon_cpu_s'] for x in ch):.4f}"
                 f"  setup_s {statistics.median(x['setup_s'] for x in ch):.4f}"
+                f"  toggles/s {statistics.median(x['toggles_per_s'] for x in ch):,.0f}"
+                f"  samples/s {statistics.median(x['samples_per_s'] for x in ch):,.0f}"
                 f"  sampled {statistics.median(x['sampled'] for x in ch):g}")
         ch0 = charged[first]
         if ch and ch0 and len(ch) == len(ch0) and all(x["setup_s"] > 0 for x in ch0):
