@@ -31,8 +31,10 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    int rc = app.exit(e);
-    return rc == 0 ? 0 : 2;
+    if (e.get_exit_code() == 0) return app.exit(e);  // --help, --version
+    // One line, like every other usage error (CLI11's own exit adds a second).
+    fmt::print(stderr, "crossmod: error: {} (see --help)\n", e.what());
+    return 2;
   } catch (const crossmod::harness::UsageError& e) {
     fmt::print(stderr, "crossmod: error: {}\n", e.what());
     return 2;
