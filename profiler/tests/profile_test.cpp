@@ -1337,10 +1337,19 @@ TEST(ProfileBadInput, ExitsTwoAndWritesNothing) {
     f << "[[metric]]\nname = \"x\"\nkind = \"latencyy\"\n";
   }
   const char* const cases[] = {
-      "--policy bogus -- ",          "--budget 0 -- ",          "--budget 150% -- ",
-      "--period 10 -- ",             "--epoch 1us -- ",         "--samples 0 -- ",
-      "--ci abc -- ",                "--metrics /nonexistent.toml -- ",
-      "--trace-object '*' -- ",      "--max-functions 0 -- ",   "--max-functions 65537 -- ",
+      "--policy bogus -- ",
+      "--budget 0 -- ",
+      "--budget 150% -- ",
+      "--period 10 -- ",
+      "--epoch 1us -- ",
+      "--samples 0 -- ",
+      "--ci abc -- ",
+      "--metrics /nonexistent.toml -- ",
+      "--trace-object '*' -- ",
+      "--max-functions 0 -- ",
+      "--max-functions 65537 -- ",
+      "--trace '' -- ",
+      "--trace 'x*' --trace-object '' -- ",
   };
   int k = 0;
   for (const char* c : cases) {

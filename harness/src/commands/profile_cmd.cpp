@@ -329,8 +329,19 @@ void register_profile(CLI::App& app) {
   cmd->add_option("--policy", opt->policy, "paper|budget|converge|full|none (default budget)");
   cmd->add_option("--metrics", opt->metrics, "metric description file (TOML), repeatable");
   cmd->add_option("--functions", opt->functions, "fnmatch focus on demangled function names (default *)");
-  cmd->add_option("--trace", opt->trace, "tracepoint probes on functions of unmodified objects matching this (objects dlopen'ed later too)");
-  cmd->add_option("--trace-object", opt->trace_object, "restrict --trace to objects whose path matches");
+  // Given empty, either would silently mean "not given" (no tracepoints, no restriction).
+  const CLI::Validator non_empty(
+      [](std::string& v) {
+        return v.empty() ? std::string("the pattern must not be empty") : std::string();
+      },
+      "PATTERN", "non-empty");
+  cmd->add_option("--trace", opt->trace,
+                  "tracepoint probes on functions of unmodified objects matching this (objects "
+                  "dlopen'ed later too)")
+      ->check(non_empty);
+  cmd->add_option("--trace-object", opt->trace_object,
+                  "restrict --trace to objects whose path matches")
+      ->check(non_empty);
   cmd->add_option("--budget", opt->budget, "share of every period instrumentation may use (default 5%)");
   cmd->add_option("--period", opt->period, "budget period (default 10ms)");
   cmd->add_option("--samples", opt->samples, "samples per function per epoch before it switches off (default 10)");
