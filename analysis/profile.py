@@ -1,5 +1,5 @@
-"""`crossmod profile` results: a loader for profile.json (schema 1, see
-/work/notes/profiler-contract.md and profiler/README.md), the ground truth written by
+"""`crossmod profile` results: a loader for profile.json (schema 1, see profiler/README.md,
+"What the numbers mean"), the ground truth written by
 profiler/workloads/latency_lab, and the evaluation tables of issue 12 computed from the
 run list scripts/profile_eval.py writes (runs.csv):
 
