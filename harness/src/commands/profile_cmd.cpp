@@ -142,8 +142,8 @@ void run_profile(const ProfileOptions& o) {
   if (o.samples == 0 || o.samples > 1'000'000) throw UsageError("profile: --samples must be in 1..1000000");
   run.policy.samples = o.samples;
   if (o.max_functions == 0 || o.max_functions > crossmod::probes::kMaxProbes)
-    throw UsageError(fmt::format("profile: --max-functions must be in 1..{}", crossmod::probes::kMaxProbes));
-  if (o.functions.empty()) throw UsageError("profile: --functions must not be empty");
+    throw UsageError(
+        fmt::format("profile: --max-functions must be in 1..{}", crossmod::probes::kMaxProbes));
   if (!o.trace_object.empty() && o.trace.empty()) throw UsageError("profile: --trace-object needs --trace");
   std::vector<prof::MetricSpec> metrics;
   std::vector<std::string> metric_files = o.metrics;
@@ -328,13 +328,16 @@ void register_profile(CLI::App& app) {
       "profile", "rapid-toggling latency profiler: per-function calls and latency (LD_PRELOAD, no source change)");
   cmd->add_option("--policy", opt->policy, "paper|budget|converge|full|none (default budget)");
   cmd->add_option("--metrics", opt->metrics, "metric description file (TOML), repeatable");
-  cmd->add_option("--functions", opt->functions, "fnmatch focus on demangled function names (default *)");
-  // Given empty, either would silently mean "not given" (no tracepoints, no restriction).
+  // An empty pattern: --functions would focus on nothing, and --trace and --trace-object
+  // would silently mean "not given" (no tracepoints, no restriction).
   const CLI::Validator non_empty(
       [](std::string& v) {
         return v.empty() ? std::string("the pattern must not be empty") : std::string();
       },
       "PATTERN", "non-empty");
+  cmd->add_option("--functions", opt->functions,
+                  "fnmatch focus on demangled function names (default *)")
+      ->check(non_empty);
   cmd->add_option("--trace", opt->trace,
                   "tracepoint probes on functions of unmodified objects matching this (objects "
                   "dlopen'ed later too)")
