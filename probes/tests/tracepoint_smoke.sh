@@ -15,18 +15,24 @@ dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
 table() { grep -E '^ +[0-9]+ ' "$1" | awk '{print $3, $1, $2}' | sort; }
 
-# run NAME PATTERN CMD...: plain, crossmod-trace, probes; compare. The environment is the
-# same size in the three runs (python builds os.environ: the counts depend on it), and
-# PYTHONHASHSEED is fixed (dict collisions, hence some counts, depend on the hash seed).
+# run NAME PATTERN CMD...: plain, crossmod-trace, probes; compare. Python's call counts
+# must not depend on anything but the program, so:
+# - the environment is the same size in the three runs (python builds os.environ);
+# - PYTHONHASHSEED is fixed (dict collisions, hence some counts, depend on the hash seed);
+# - PYTHONMALLOC=malloc: pymalloc's arena map (obmalloc.c, arena_map_mark_used) calls
+#   PyMem_RawCalloc for a new radix-tree node whenever an arena lands in an address range
+#   no earlier arena used, so with ASLR that count varies from run to run (3 or 4 for this
+#   workload, seen on an Intel guest). libc malloc has no such state.
+pyenv='PYTHONHASHSEED=0 PYTHONMALLOC=malloc'
 run() {
   name=$1 pat=$2; shift 2
   set +e
-  env -i PATH=/usr/bin:/bin HOME=/tmp PYTHONHASHSEED=0 A=1 B=1 C=1 D=1 "$@" < "$dir/in" > "$dir/$name.plain.out" 2> "$dir/$name.plain.err"
+  env -i PATH=/usr/bin:/bin HOME=/tmp $pyenv A=1 B=1 C=1 D=1 "$@" < "$dir/in" > "$dir/$name.plain.out" 2> "$dir/$name.plain.err"
   rc_plain=$?
-  env -i PATH=/usr/bin:/bin HOME=/tmp PYTHONHASHSEED=0 A=1 B=1 "$tracer" --functions "$pat" --out "$dir/$name.trace.txt" -- "$@" \
+  env -i PATH=/usr/bin:/bin HOME=/tmp $pyenv A=1 B=1 "$tracer" --functions "$pat" --out "$dir/$name.trace.txt" -- "$@" \
     < "$dir/in" > "$dir/$name.trace.out" 2> "$dir/$name.trace.err"
   rc_trace=$?
-  env -i PATH=/usr/bin:/bin HOME=/tmp PYTHONHASHSEED=0 CROSSMOD_PROBES_TRACE="$pat" CROSSMOD_PROBES_TRACE_EXIT=1 \
+  env -i PATH=/usr/bin:/bin HOME=/tmp $pyenv CROSSMOD_PROBES_TRACE="$pat" CROSSMOD_PROBES_TRACE_EXIT=1 \
     CROSSMOD_PROBES_OUT="$dir/$name.probes.txt" LD_PRELOAD="$lib" "$@" \
     < "$dir/in" > "$dir/$name.probes.out" 2> "$dir/$name.probes.err"
   rc_probes=$?
@@ -57,7 +63,7 @@ run() {
 every() {
   name=$1; shift
   set +e
-  env -i PATH=/usr/bin:/bin HOME=/tmp PYTHONHASHSEED=0 CROSSMOD_PROBES_TRACE='*' CROSSMOD_PROBES_TRACE_EXIT=1 \
+  env -i PATH=/usr/bin:/bin HOME=/tmp $pyenv CROSSMOD_PROBES_TRACE='*' CROSSMOD_PROBES_TRACE_EXIT=1 \
     CROSSMOD_PROBES_OUT="$dir/$name.every.txt" LD_PRELOAD="$lib" "$@" \
     < "$dir/in" > "$dir/$name.every.out" 2> "$dir/$name.every.err"
   rc=$?
@@ -73,8 +79,12 @@ run sqlite3 'sqlite3_*' sqlite3 :memory:
 every sqlite3 sqlite3 :memory:
 # crossmod-trace --latency: the same library through the launcher; output unchanged, and
 # a mean time per call for sqlite3_step.
+set +e
 "$tracer" --latency --functions 'sqlite3_*' --out "$dir/lat.txt" -- sqlite3 :memory: \
-  < "$dir/in" > "$dir/lat.out" 2> "$dir/lat.err" || true
+  < "$dir/in" > "$dir/lat.out" 2> "$dir/lat.err"
+rc=$?
+set -e
+[ "$rc" -eq "$rc_plain" ] || { echo "--latency: exit status $rc_plain vs $rc"; exit 1; }
 cmp "$dir/sqlite3.plain.out" "$dir/lat.out" || { echo "--latency: stdout differs"; exit 1; }
 grep -Eq '^ +[0-9]+ +jump +sqlite3_step .* [0-9]+ [0-9.]+ [0-9.]+$' "$dir/lat.txt" \
   || { cat "$dir/lat.txt"; echo "--latency: no mean time for sqlite3_step"; exit 1; }
