@@ -2,7 +2,7 @@
 # Installs what is missing, builds, and runs every test that CI runs:
 #   1. ctest labels unit and smoke on the Release build (build/)
 #   2. the unit tests again under ASan+UBSan (build-asan/)
-#   3. pytest for analysis/ and scripts/tests/
+#   3. pytest for analysis/, evaluation/ and scripts/tests/
 # Every layer runs even when an earlier one fails; a summary line per layer closes the
 # output, and the exit status is non-zero if any layer failed.
 # Stress tests (label stress) are opt-in: ctest --test-dir build -L stress
@@ -26,7 +26,7 @@ layer() {  # layer NAME COMMAND...: runs the command, records its status
 layer "unit+smoke (build/)" ctest --test-dir build -L 'unit|smoke' --output-on-failure --timeout 600
 layer "unit under ASan+UBSan (build-asan/)" env ASAN_OPTIONS=detect_leaks=1 \
   ctest --test-dir build-asan -L unit --output-on-failure --timeout 900
-layer "pytest" /usr/bin/python3 -m pytest -q analysis scripts/tests
+layer "pytest" /usr/bin/python3 -m pytest -q analysis evaluation scripts/tests
 
 echo "=== test.sh: summary ===" >&2
 for i in "${!names[@]}"; do
