@@ -548,6 +548,8 @@ TEST(AttachRefusal, BadRequestsAndMissingLibrary) {
   EXPECT_EQ(inject_library(t.pid(), req, nullptr), AttachStatus::library_missing);
   EXPECT_EQ(inject_library(t.tid("reader"), marker_request("/tmp/unused", 0), nullptr),
             AttachStatus::bad_request);  // a thread id, not a process id
+  EXPECT_EQ(inject_library(t.pid(), marker_request("/tmp/unused", ::getpid()), nullptr),
+            AttachStatus::bad_request);  // a thread of another process
   EXPECT_TRUE(untraced_and_running(t.pid()));
 }
 

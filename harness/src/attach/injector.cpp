@@ -147,7 +147,7 @@ std::string permission_facts_problem(const Target& t, bool* certain = nullptr) {
   return why;
 }
 
-AttachStatus check_process(pid_t pid, Target* t, InjectReport* rep) {
+AttachStatus check_process(pid_t pid, const InjectRequest& req, Target* t, InjectReport* rep) {
   t->pid = pid;
   const auto st = read_status(fmt::format("/proc/{}/status", pid));
   if (!st) return fail(rep, AttachStatus::no_such_process, fmt::format("no process {}", pid));
@@ -156,6 +156,9 @@ AttachStatus check_process(pid_t pid, Target* t, InjectReport* rep) {
     return fail(rep, AttachStatus::bad_request,
                 fmt::format("{} is a thread of process {}: give the process id", pid, st->tgid));
   if (pid == ::getpid()) return fail(rep, AttachStatus::bad_request, "cannot attach to itself");
+  if (req.tid != 0 && ::access(fmt::format("/proc/{}/task/{}", pid, req.tid).c_str(), F_OK) != 0)
+    return fail(rep, AttachStatus::bad_request,
+                fmt::format("thread {} is not a thread of process {}", req.tid, pid));
   if (st->state == 'Z' || st->state == 'X')
     return fail(rep, AttachStatus::target_exited, fmt::format("process {} has exited", pid));
   t->caller_is_parent = st->ppid == ::getpid();
@@ -622,7 +625,7 @@ AttachStatus inject_library(pid_t pid, const InjectRequest& req, InjectReport* r
   tl.start = monotonic_ns();
   Target t;
   AttachStatus s = validate(req, rep);
-  if (s == AttachStatus::ok) s = check_process(pid, &t, rep);
+  if (s == AttachStatus::ok) s = check_process(pid, req, &t, rep);
   if (s == AttachStatus::ok) s = find_loader(&t, rep);
   if (s == AttachStatus::ok) s = find_places(&t, req, rep);
   rep->ns.checks = span_ns(tl.start, monotonic_ns());

@@ -91,7 +91,9 @@ struct InjectReport {
     std::uint64_t entry = 0;            // ENTRY
     std::uint64_t total = 0;            // the whole call
   } ns;
-  // Longest the chosen thread was kept from its own code: interrupt sent .. stub done.
+  // How long the chosen thread was kept from its own code, bounded from above: interrupt
+  // sent .. stub done (it runs on until the interrupt's trap takes, which on a loaded
+  // machine waits for it to be scheduled). Bounded from below by stop_to_release + stub.
   std::uint64_t kept_from_running_ns = 0;
 };
 
