@@ -59,8 +59,9 @@ crossmod_attach_blob_begin:
         lea rbp, [rsp + ATTACH_SAVED_BYTES] /* header */
 
         /* 2. Save the x87/SSE/AVX/AVX-512 state: the calls below clobber vector registers
-           (glibc's string functions use them). XSAVE needs a 64-byte aligned area whose
-           header (bytes 512..575) is zero before XRSTOR may read it (SDM vol. 1, 13.4.2). */
+           (glibc's string functions use them). XSAVE needs a 64-byte aligned area and
+           writes only XSTATE_BV of its header (bytes 512..575); XRSTOR faults unless the
+           rest of the header is zero (SDM vol. 1, 13.4.2 and 13.8), so zero it first. */
         sub rsp, qword ptr [rbp + ATTACH_H_XSAVE_SIZE]
         and rsp, -64
         mov r12, rsp                        /* save area */

@@ -81,6 +81,6 @@
 #define ATTACH_PROT_RW 3                /* PROT_READ | PROT_WRITE */
 #define ATTACH_MAP_FLAGS 0x100022       /* MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE */
 #define ATTACH_EEXIST 17
-#define ATTACH_MXCSR_DEFAULT 0x1f80     /* SysV ABI 3.2.3: all exceptions masked, RN */
+#define ATTACH_MXCSR_DEFAULT 0x1f80     /* the ABI's initial MXCSR: exceptions masked, RN */
 
 #endif
